@@ -1,0 +1,189 @@
+"""The `agent` command.
+
+Exit codes everywhere: 0 healthy or done, 1 a warning or critical finding,
+2 bad usage, bad config or bad input (one line on stderr, no traceback).
+Feature commands (scan-log, rules, burn, …) live in their own modules listed
+in `COMMAND_MODULES`; each has ``register(subparsers)`` and sets ``func``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import importlib
+import platform
+import sys
+from collections.abc import Sequence
+from typing import Any, NoReturn
+
+from . import __version__
+
+COMMAND_MODULES: tuple[str, ...] = ()
+
+
+class UsageError(Exception):
+    """Bad input from the command line: exit 2 with one line."""
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", metavar="FILE", help="config file (default: the embedded config/agent.toml)")
+    p.add_argument("--path.procfs", dest="procfs", metavar="DIR", help="host /proc (default /proc)")
+    p.add_argument("--path.sysfs", dest="sysfs", metavar="DIR", help="host /sys (default /sys)")
+    p.add_argument("--path.rootfs", dest="rootfs", metavar="DIR", help="host / (default /)")
+    p.add_argument("--log-format", choices=("text", "json"), help="text on a terminal, JSON lines otherwise by default")
+    p.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
+
+
+def build_parser() -> Parser:
+    parser = Parser(prog="agent", description="Per-node health agent for GPU clusters on Kubernetes.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+    sub.required = True
+
+    run = sub.add_parser("run", help="run the agent (the daemon)", description="Run the agent until SIGTERM.")
+    _common(run)
+    run.add_argument("--listen", metavar="HOST:PORT", help="address for /metrics and /healthz")
+    run.add_argument("--state-dir", metavar="DIR", help="state directory (default /var/lib/node-health-agent)")
+    run.add_argument("--once", action="store_true", help="run every check once, then exit 0 (healthy) or 1")
+    run.add_argument("--dry-run", action="store_true", help="decide but change nothing on the node or cluster")
+    run.set_defaults(func=cmd_run)
+
+    st = sub.add_parser("selftest", help="run every enabled check once and print a table")
+    _common(st)
+    st.add_argument("--json", action="store_true", help="one JSON object instead of a table")
+    st.add_argument("--only", nargs="+", metavar="CHECK", help="run only these checks (enabled or not)")
+    st.set_defaults(func=cmd_selftest)
+
+    cfg = sub.add_parser("config", help="check or show configuration")
+    cfg_sub = cfg.add_subparsers(dest="config_command", metavar="ACTION", parser_class=Parser)
+    cfg_sub.required = True
+    check = cfg_sub.add_parser("check", help="validate a config file (exit 0 ok, 2 bad)")
+    check.add_argument("file", metavar="FILE")
+    check.set_defaults(func=cmd_config_check)
+    show = cfg_sub.add_parser("show", help="print the effective config, defaults filled in")
+    show.add_argument("--config", metavar="FILE")
+    show.set_defaults(func=cmd_config_show)
+
+    ver = sub.add_parser("version", help="print version, parser implementation and Python version")
+    ver.set_defaults(func=cmd_version)
+
+    docs = sub.add_parser("docs", help="print a reference table for the README")
+    docs.add_argument("what", choices=("config", "metrics", "reasons"))
+    docs.set_defaults(func=cmd_docs)
+
+    for modname in COMMAND_MODULES:
+        importlib.import_module(modname).register(sub)
+    return parser
+
+
+# ---------------------------------------------------------------- commands
+
+
+def _overrides(args: argparse.Namespace) -> Any:
+    from .runtime import Overrides
+
+    return Overrides(
+        config_path=args.config,
+        listen=getattr(args, "listen", None),
+        state_dir=getattr(args, "state_dir", None),
+        procfs=args.procfs,
+        sysfs=args.sysfs,
+        rootfs=args.rootfs,
+        log_format=args.log_format,
+        log_level=args.log_level,
+    )
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from . import logs
+    from .daemon import Daemon, RunOptions
+    from .runtime import load_config
+
+    ov = _overrides(args)
+    cfg = load_config(ov)
+    logs.setup(cfg.agent.log_level, cfg.agent.log_format)
+    return Daemon(cfg, ov, RunOptions(once=args.once, dry_run=args.dry_run)).run()
+
+
+def cmd_selftest(args: argparse.Namespace) -> int:
+    from . import logs, selftest
+    from .checks import registry
+    from .runtime import build_checks, load_config, state_dir
+    from .scheduler import Scheduler
+    from .store import Store
+
+    cfg = load_config(_overrides(args))
+    logs.setup(args.log_level or "warning", cfg.agent.log_format)
+    for name in args.only or ():
+        if name not in registry():
+            raise UsageError(f"--only: unknown check \"{name}\"{_did_you_mean(name, registry())}")
+    store = Store()
+    sched = Scheduler(store)
+    sched.configure(build_checks(cfg, state_dir(cfg, explicit=False), args.only), immediate=True)
+    sched.run_once()
+    return selftest.render(store.snapshot(), args.json)
+
+
+def cmd_config_check(args: argparse.Namespace) -> int:
+    from .config import load
+
+    load(args.file)
+    print(f"{args.file}: ok")
+    return 0
+
+
+def cmd_config_show(args: argparse.Namespace) -> int:
+    from .config import load, to_toml
+
+    cfg = load(args.config)
+    sys.stdout.write(f"# effective configuration from {cfg.source}\n{to_toml(cfg)}")
+    return 0
+
+
+def cmd_version(args: argparse.Namespace) -> int:
+    from . import native
+
+    print(f"node-health-agent {__version__}")
+    print(f"parsers: {native.describe()}")
+    print(f"python: {platform.python_version()} ({sys.executable})")
+    return 0
+
+
+def cmd_docs(args: argparse.Namespace) -> int:
+    from . import docs
+
+    sys.stdout.write(docs.render(args.what))
+    return 0
+
+
+def _did_you_mean(word: str, choices: Any) -> str:
+    close = difflib.get_close_matches(word, list(choices), n=1)
+    return f' (did you mean "{close[0]}"?)' if close else f"; expected one of {', '.join(choices)}"
+
+
+# ---------------------------------------------------------------- entry point
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from .config import ConfigError
+    from .state import StateDirError
+
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except (ConfigError, StateDirError) as exc:
+        print(f"agent: {exc}", file=sys.stderr)
+        return 2
+    except UsageError as exc:
+        print(f"agent {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

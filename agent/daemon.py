@@ -1,0 +1,146 @@
+"""`agent run`: the long-running process.
+
+Start: config, state dir (locked), checks, scheduler, /metrics, READY=1.
+Loop: the scheduler's, which also pings the systemd watchdog, so a stalled
+loop stops the pings. SIGHUP reloads the config (a bad file keeps the running
+one and logs one error); SIGTERM and SIGINT stop within seconds with code 0.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from dataclasses import dataclass
+from types import FrameType
+
+from . import __version__, native
+from .config import Config, ConfigError
+from .findings import Sample, Severity
+from .metrics import MetricsServer, build_registry
+from .runtime import Overrides, build_checks, load_config, node_name, state_dir
+from .scheduler import Scheduler
+from .sdnotify import Notifier
+from .state import StateDir
+from .store import Snapshot, Store
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class RunOptions:
+    once: bool = False
+    dry_run: bool = False
+
+
+def summary(snap: Snapshot) -> str:
+    """One line for systemd's STATUS= and the logs."""
+    findings = [f for f in snap.findings() if f.severity is not Severity.INFO]
+    if not findings:
+        return f"healthy ({len(snap.checks)} checks)"
+    worst = max(findings, key=lambda f: (f.severity.rank, not f.unknown))
+    more = f" (+{len(findings) - 1} more)" if len(findings) > 1 else ""
+    return f"{worst.severity.value}: {worst.check} {worst.subject} {worst.reason}{more}"
+
+
+class Daemon:
+    def __init__(self, cfg: Config, overrides: Overrides, opts: RunOptions) -> None:
+        self.cfg = cfg
+        self.overrides = overrides
+        self.opts = opts
+        self.store = Store()
+        self.scheduler = Scheduler(self.store, jitter=cfg.agent.jitter)
+        self.notifier = Notifier()
+        self.stop = threading.Event()
+        self.metrics: MetricsServer | None = None
+        self.state = StateDir(state_dir(cfg, explicit=bool(overrides.state_dir)))
+        self._reloads = {"success": 0, "failure": 0}
+        self._last_reload_ok = True
+        self._publish_reloads()
+
+    # ------------------------------------------------------------ lifecycle
+
+    def run(self) -> int:
+        self.state.ensure()
+        self.state.lock()
+        log.info(
+            "node-health-agent %s starting: node %s, parsers %s, config %s, state %s",
+            __version__, node_name(self.cfg), native.describe(), self.cfg.source, self.state.path,
+        )
+        self.scheduler.configure(build_checks(self.cfg, self.state.path), immediate=self.opts.once)
+        if self.opts.once:
+            return self._once()
+        self.store.subscribe(lambda snap: self.notifier.status(summary(snap)))
+        self._start_metrics()
+        self._install_signals()
+        self.notifier.ready(summary(self.store.snapshot()))
+        try:
+            self.scheduler.run(self.stop, on_tick=self.notifier.watchdog)
+        finally:
+            self.notifier.stopping()
+            if self.metrics:
+                self.metrics.stop()
+            log.info("stopped")
+        return 0
+
+    def _once(self) -> int:
+        self.scheduler.run_once()
+        snap = self.store.snapshot()
+        for f in snap.findings():
+            log.warning("%s %s %s: %s", f.check, f.subject, f.reason, f.message)
+        log.info("one cycle done: %s", summary(snap))
+        worst = snap.worst
+        return 1 if worst is not None and worst.rank >= Severity.WARNING.rank else 0
+
+    def _start_metrics(self) -> None:
+        self.metrics = MetricsServer(self.cfg.metrics, build_registry(self.store), self.store)
+        self.metrics.start()
+        log.info("serving /metrics on %s", self.cfg.metrics.listen)
+
+    def _install_signals(self) -> None:
+        def stop(signum: int, _frame: FrameType | None) -> None:
+            log.info("received %s, stopping", signal.Signals(signum).name)
+            self.stop.set()
+            self.scheduler.call_soon(lambda: None)  # wake the loop
+
+        signal.signal(signal.SIGTERM, stop)
+        signal.signal(signal.SIGINT, stop)
+        signal.signal(signal.SIGHUP, lambda *_: self.scheduler.call_soon(self.reload))
+
+    # ------------------------------------------------------------ reload
+
+    def _reload_result(self, ok: bool) -> None:
+        self._reloads["success" if ok else "failure"] += 1
+        self._last_reload_ok = ok
+        self._publish_reloads()
+
+    def _publish_reloads(self) -> None:
+        samples = [
+            Sample("node_health_config_reloads_total", n, (("result", result),)) for result, n in self._reloads.items()
+        ]
+        samples.append(Sample("node_health_config_last_reload_successful", 1.0 if self._last_reload_ok else 0.0))
+        self.store.set_extra("config", samples)
+
+    def reload(self) -> None:
+        """Runs on the loop thread. A bad config keeps the running one."""
+        self.notifier.reloading()
+        log.info("reloading the configuration")
+        try:
+            new = load_config(self.overrides)
+        except ConfigError as exc:
+            log.error("reload failed, keeping the running config: %s", exc)
+            self._reload_result(ok=False)
+            self.notifier.ready(summary(self.store.snapshot()))
+            return
+        old, self.cfg = self.cfg, new
+        logging.getLogger().setLevel(new.agent.log_level.upper())
+        self.scheduler.configure(build_checks(new, self.state.path))
+        if new.metrics != old.metrics:
+            if self.metrics:
+                self.metrics.stop()
+            self._start_metrics()
+        self._reload_result(ok=True)
+        log.info("configuration reloaded from %s", new.source)
+        self.notifier.ready(summary(self.store.snapshot()))
+
+

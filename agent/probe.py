@@ -1,0 +1,73 @@
+"""Hang-prone calls (statfs on a dead NFS mount, a connect, an NVML call on a
+GPU that fell off the bus) run in their own daemon thread with a deadline.
+
+A call that does not return in time is left running (a thread in D state
+cannot be killed) and reported; until it returns, the same key is not probed
+again, so a dead mount costs one thread, not one per interval.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeResult(Generic[T]):
+    value: T | None = None
+    error: BaseException | None = None
+    hung_for: float | None = None  # seconds the call has been running when it is (still) hung
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.hung_for is None
+
+
+class _Call:
+    __slots__ = ("done", "value", "error", "started")
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.value: object = None
+        self.error: BaseException | None = None
+        self.started = time.monotonic()
+
+
+class Prober:
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._lock = threading.Lock()
+        self._hung: dict[Hashable, _Call] = {}
+
+    def call(self, key: Hashable, fn: Callable[[], T], timeout: float) -> ProbeResult[T]:
+        with self._lock:
+            old = self._hung.get(key)
+            if old is not None:
+                if not old.done.is_set():
+                    return ProbeResult(hung_for=time.monotonic() - old.started)
+                del self._hung[key]
+        call = _Call()
+
+        def work() -> None:
+            try:
+                call.value = fn()
+            except BaseException as exc:  # noqa: BLE001 - reported to the caller as a result
+                call.error = exc
+            finally:
+                call.done.set()
+
+        threading.Thread(target=work, name=f"probe-{self.name}-{key}", daemon=True).start()
+        if not call.done.wait(timeout):
+            with self._lock:
+                self._hung[key] = call
+            return ProbeResult(hung_for=time.monotonic() - call.started)
+        return ProbeResult(value=call.value, error=call.error)  # type: ignore[arg-type]
+
+    def hung(self) -> list[Hashable]:
+        with self._lock:
+            return [k for k, c in self._hung.items() if not c.done.is_set()]

@@ -1,0 +1,224 @@
+"""Runs each check on its own interval (with jitter) and timeout.
+
+Every run happens in its own daemon thread, so a check that hangs cannot stop
+the others: when it passes its timeout it is reported (CheckTimeout, held
+until it returns), and it is not started again while it is stuck. All results
+come back to one loop thread, which alone writes the `Store`; event sources
+hand their updates to the same loop with `call_soon`, so whatever listens to
+the store sees one ordered stream.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import random
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
+
+from .checks import Check
+from .config import CheckConfig
+from .findings import Finding, Observation, Severity
+from .store import CheckStatus, Store
+
+log = logging.getLogger(__name__)
+
+FIRST_RUN_SPREAD = 5.0  # the first runs after start are spread over at most this many seconds
+
+
+@dataclass(slots=True)
+class _Run:
+    started: float  # monotonic
+    timed_out: bool = False
+
+
+@dataclass(slots=True)
+class _Entry:
+    check: Check
+    cfg: CheckConfig
+    due: float
+    running: _Run | None = None
+    completed_once: bool = False
+    failing: bool = False  # for logging once per state change
+
+
+class Scheduler:
+    def __init__(self, store: Store, *, jitter: float = 0.1, rng: random.Random | None = None) -> None:
+        self._store = store
+        self._jitter = jitter
+        self._rng = rng or random.Random()
+        self._entries: dict[str, _Entry] = {}
+        self._q: queue.SimpleQueue[tuple[object, ...]] = queue.SimpleQueue()
+
+    # ------------------------------------------------------------ setup
+
+    def configure(self, checks: Iterable[tuple[Check, CheckConfig]], *, immediate: bool = False) -> None:
+        """Install the checks (at start and on reload). A check that is running
+        keeps its run: a stuck check is not started twice because of a reload."""
+        now = time.monotonic()
+        entries: dict[str, _Entry] = {}
+        for check, cfg in checks:
+            old = self._entries.get(check.name)
+            if immediate:
+                due = now
+            elif old is not None:
+                due = min(old.due, now + cfg.interval)
+            else:
+                due = now + self._rng.uniform(0, min(FIRST_RUN_SPREAD, cfg.interval * max(self._jitter, 0.01)))
+            entries[check.name] = _Entry(check, cfg, due, running=old.running if old else None)
+        self._entries = entries
+        known = {}
+        for name, e in entries.items():
+            known_fn = getattr(e.check, "known_findings", None)
+            known[name] = tuple(known_fn()) if known_fn else ()
+        self._store.set_checks(entries, known)
+
+    def call_soon(self, fn: Callable[[], None]) -> None:
+        """Run `fn` on the loop thread as soon as possible (thread-safe)."""
+        self._q.put(("call", fn))
+
+    # ------------------------------------------------------------ loops
+
+    def run(self, stop: threading.Event, on_tick: Callable[[], None] | None = None, max_sleep: float = 1.0) -> None:
+        """The daemon's loop; returns when `stop` is set (wake it with `call_soon`)."""
+        while not stop.is_set():
+            self._step(max_sleep)
+            if on_tick:
+                on_tick()
+
+    def run_once(self) -> None:
+        """Run every configured check once, now, and return when each has finished or timed out."""
+        for e in self._entries.values():
+            e.due = time.monotonic()
+        while any(not e.completed_once and not (e.running and e.running.timed_out) for e in self._entries.values()):
+            self._step(0.5, schedule_next=False)
+
+    def _step(self, max_sleep: float, schedule_next: bool = True) -> None:
+        now = time.monotonic()
+        self._store.tick()
+        wake = now + max_sleep
+        for e in self._entries.values():
+            if e.running and not e.running.timed_out:
+                deadline = e.running.started + e.cfg.timeout
+                if now >= deadline:
+                    self._timed_out(e, now)
+                else:
+                    wake = min(wake, deadline)
+            if now >= e.due:
+                if e.running:
+                    self._skipped(e, now)
+                else:
+                    self._start(e, now)
+                e.due = self._next_due(e, now) if schedule_next else float("inf")
+            wake = min(wake, e.due)
+        self._drain(max(0.0, wake - time.monotonic()))
+
+    def _next_due(self, e: _Entry, now: float) -> float:
+        j = self._jitter
+        return now + e.cfg.interval * (1 + self._rng.uniform(-j, j))
+
+    def _drain(self, timeout: float) -> None:
+        try:
+            item = self._q.get(timeout=timeout) if timeout > 0 else self._q.get_nowait()
+        except queue.Empty:
+            return
+        while True:
+            self._handle(item)
+            try:
+                item = self._q.get_nowait()
+            except queue.Empty:
+                return
+
+    def _handle(self, item: tuple[object, ...]) -> None:
+        if item[0] == "call":
+            try:
+                item[1]()  # type: ignore[operator]
+            except Exception:
+                log.exception("error in a loop callback")
+            return
+        _, name, run, obs, err, duration = item
+        e = self._entries.get(name)  # type: ignore[arg-type]
+        if e is None or e.running is not run:
+            return  # the check was removed or replaced by a reload
+        e.running = None
+        e.completed_once = True
+        self._finished(e, obs, err, duration)  # type: ignore[arg-type]
+
+    # ------------------------------------------------------------ transitions
+
+    def _start(self, e: _Entry, now: float) -> None:
+        run = _Run(started=now)
+        e.running = run
+        check = e.check
+
+        def work() -> None:
+            t0 = time.monotonic()
+            obs: Observation | None = None
+            err: BaseException | None = None
+            try:
+                obs = check.run()
+                if not isinstance(obs, Observation):
+                    raise TypeError(f"run() returned {type(obs).__name__}, not an Observation")
+            except BaseException as exc:  # noqa: BLE001 - a check can fail, the agent cannot
+                err = exc
+            self._q.put(("done", check.name, run, obs, err, time.monotonic() - t0))
+
+        threading.Thread(target=work, name=f"check-{check.name}", daemon=True).start()
+
+    def _finished(self, e: _Entry, obs: Observation | None, err: BaseException | None, duration: float) -> None:
+        name = e.check.name
+        if err is None:
+            if e.failing:
+                log.info("check %s recovered", name)
+            e.failing = False
+            self._store.update_check(
+                name,
+                lambda st: replace(
+                    st, observation=obs, ok=True, duration=duration, finished_at=time.time(), error=None,
+                    runs=st.runs + 1, stuck=False,
+                ),
+            )
+            return
+        msg = f"{type(err).__name__}: {err}"
+        (log.debug if e.failing else log.error)("check %s failed: %s", name, msg, exc_info=not e.failing)
+        e.failing = True
+        finding = _finding(name, "CheckFailed", f"the check raised {msg}")
+        self._store.update_check(
+            name,
+            lambda st: replace(
+                st, ok=False, duration=duration, finished_at=time.time(), error=finding,
+                runs=st.runs + 1, failures=st.failures + 1, stuck=False,
+            ),
+        )
+
+    def _timed_out(self, e: _Entry, now: float) -> None:
+        assert e.running is not None
+        e.running.timed_out = True
+        name = e.check.name
+        (log.debug if e.failing else log.error)("check %s passed its timeout of %.1fs", name, e.cfg.timeout)
+        e.failing = True
+        finding = _finding(name, "CheckTimeout", f"still running after its timeout of {e.cfg.timeout:g}s")
+        self._store.update_check(
+            name, lambda st: replace(st, ok=False, error=finding, timeouts=st.timeouts + 1, stuck=True)
+        )
+
+    def _skipped(self, e: _Entry, now: float) -> None:
+        assert e.running is not None
+        if not e.running.timed_out:
+            return  # a slow run that is still inside its timeout: just not started twice
+        name = e.check.name
+        running_for = now - e.running.started
+        log.warning("check %s not started: its previous run is stuck (%.0fs)", name, running_for)
+        finding = _finding(
+            name, "CheckTimeout", f"stuck for {running_for:.0f}s (timeout {e.cfg.timeout:g}s); not restarted while stuck"
+        )
+        self._store.update_check(name, lambda st: replace(st, error=finding, skipped=st.skipped + 1))
+
+
+def _finding(check: str, reason: str, message: str) -> Finding:
+    return Finding(check=check, subject=check, reason=reason, severity=Severity.WARNING, message=message, unknown=True)
+
+
+__all__ = ["CheckStatus", "Scheduler"]
