@@ -15,11 +15,15 @@ from dataclasses import dataclass
 from types import FrameType
 
 from . import __version__, native
+from collections.abc import Sequence
+
+from .checks import CheckContext, build_sources
 from .config import Config, ConfigError
-from .findings import Sample, Severity
+from .findings import Finding, Sample, Severity
 from .metrics import MetricsServer, build_registry
-from .runtime import Overrides, build_checks, load_config, node_name, state_dir
+from .runtime import Overrides, build_checks, host_paths, load_config, node_name, state_dir
 from .scheduler import Scheduler
+from .sources import EventSource
 from .sdnotify import Notifier
 from .state import StateDir
 from .store import Snapshot, Store
@@ -53,6 +57,7 @@ class Daemon:
         self.notifier = Notifier()
         self.stop = threading.Event()
         self.metrics: MetricsServer | None = None
+        self.sources: list[EventSource] = []
         self.state = StateDir(state_dir(cfg, explicit=bool(overrides.state_dir)))
         self._reloads = {"success": 0, "failure": 0}
         self._last_reload_ok = True
@@ -70,6 +75,7 @@ class Daemon:
         self.scheduler.configure(build_checks(self.cfg, self.state.path), immediate=self.opts.once)
         if self.opts.once:
             return self._once()
+        self._start_sources()
         self.store.subscribe(lambda snap: self.notifier.status(summary(snap)))
         self._start_metrics()
         self._install_signals()
@@ -78,6 +84,7 @@ class Daemon:
             self.scheduler.run(self.stop, on_tick=self.notifier.watchdog)
         finally:
             self.notifier.stopping()
+            self._stop_sources()
             if self.metrics:
                 self.metrics.stop()
             log.info("stopped")
@@ -91,6 +98,29 @@ class Daemon:
         log.info("one cycle done: %s", summary(snap))
         worst = snap.worst
         return 1 if worst is not None and worst.rank >= Severity.WARNING.rank else 0
+
+    def _start_sources(self) -> None:
+        self.sources = build_sources(CheckContext(host_paths(self.cfg), self.state.path, self.cfg))
+        known = {}
+        for src in self.sources:
+            check = src.name
+            known[src.name] = tuple((check, subject, reason) for subject, reason in src.known_findings())
+        self.store.set_sources(known)
+        for src in self.sources:
+            name = src.name
+
+            def emit(findings: Sequence[Finding], samples: Sequence[Sample], name: str = name) -> None:
+                self.scheduler.call_soon(lambda: self.store.set_events(name, findings, samples))
+
+            src.start(emit)
+
+    def _stop_sources(self) -> None:
+        for src in self.sources:
+            try:
+                src.stop()
+            except Exception:
+                log.exception("stopping event source %s", src.name)
+        self.sources = []
 
     def _start_metrics(self) -> None:
         self.metrics = MetricsServer(self.cfg.metrics, build_registry(self.store), self.store)
@@ -135,6 +165,8 @@ class Daemon:
         old, self.cfg = self.cfg, new
         logging.getLogger().setLevel(new.agent.log_level.upper())
         self.scheduler.configure(build_checks(new, self.state.path))
+        self._stop_sources()
+        self._start_sources()
         if new.metrics != old.metrics:
             if self.metrics:
                 self.metrics.stop()

@@ -84,6 +84,9 @@ def _findings(snap: Snapshot, add: Any) -> None:
     for name, st in snap.checks.items():
         for subject, reason in st.known:
             series[(name, subject, reason, reasons[reason].severity.value)] = 0
+    for triples in snap.events_known.values():
+        for check, subject, reason in triples:
+            series[(check, subject, reason, reasons[reason].severity.value)] = 0
     for f in snap.findings():
         series[(f.check, f.subject, f.reason, f.severity.value)] = 1
     for labels, value in series.items():

@@ -48,6 +48,7 @@ class Snapshot:
     generation: int
     checks: Mapping[str, CheckStatus]
     events: Mapping[str, tuple[Finding, ...]]  # event source → its active findings
+    events_known: Mapping[str, tuple[tuple[str, str, str], ...]]  # event source → (check, subject, reason) at 0
     event_samples: Mapping[str, tuple[Sample, ...]]
     last_tick: float  # unix time of the scheduler loop's last iteration
     started: float
@@ -79,6 +80,7 @@ class Store:
         self._lock = threading.Lock()
         self._checks: dict[str, CheckStatus] = {}
         self._events: dict[str, tuple[Finding, ...]] = {}
+        self._events_known: dict[str, tuple[tuple[str, str, str], ...]] = {}
         self._event_samples: dict[str, tuple[Sample, ...]] = {}
         self._extra: dict[str, tuple[Sample, ...]] = {}
         self._generation = 0
@@ -112,6 +114,14 @@ class Store:
                 self._event_samples[source] = tuple(samples)
         self._changed()
 
+    def set_sources(self, known: Mapping[str, tuple[tuple[str, str, str], ...]]) -> None:
+        """The set of event sources after start or a reload, with their known findings."""
+        with self._lock:
+            self._events = {k: v for k, v in self._events.items() if k in known}
+            self._event_samples = {k: v for k, v in self._event_samples.items() if k in known}
+            self._events_known = dict(known)
+        self._changed()
+
     def set_extra(self, source: str, samples: Iterable[Sample]) -> None:
         """Samples that are not tied to a check (traffic counters, API client stats)."""
         with self._lock:
@@ -143,6 +153,7 @@ class Store:
                     generation=self._generation,
                     checks=MappingProxyType(dict(self._checks)),
                     events=MappingProxyType(dict(self._events)),
+                    events_known=MappingProxyType(dict(self._events_known)),
                     event_samples=MappingProxyType(dict(self._event_samples)),
                     last_tick=self._last_tick,
                     started=self._started,

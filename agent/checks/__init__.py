@@ -21,6 +21,7 @@ from ..hostpaths import HostPaths
 if TYPE_CHECKING:
     from ..config import CheckConfig, Config
     from ..findings import Observation
+    from ..sources import EventSource
 
 # Order here is the order of `agent selftest` and of the config reference.
 CHECK_MODULES: tuple[str, ...] = (
@@ -56,6 +57,8 @@ class CheckSpec:
     summary: str
     config: type[CheckConfig]
     build: Callable[[CheckContext, Any], Check]
+    # Event sources that run beside the check while it is enabled (see agent.sources).
+    sources: Callable[[CheckContext, Any], list[EventSource]] | None = None
 
 
 @cache
@@ -75,4 +78,14 @@ def build_enabled(ctx: CheckContext, only: Iterable[str] | None = None) -> list[
         cfg = ctx.config.checks[name]
         if (wanted is None and cfg.enabled) or (wanted is not None and name in wanted):
             out.append((spec.build(ctx, cfg), cfg))
+    return out
+
+
+def build_sources(ctx: CheckContext) -> list[EventSource]:
+    """The event sources of the enabled checks."""
+    out: list[EventSource] = []
+    for name, spec in registry().items():
+        cfg = ctx.config.checks[name]
+        if cfg.enabled and spec.sources is not None:
+            out.extend(spec.sources(ctx, cfg))
     return out
