@@ -92,6 +92,7 @@ class Scheduler:
         """Run every configured check once, now, and return when each has finished or timed out."""
         for e in self._entries.values():
             e.due = time.monotonic()
+            e.completed_once = False
         while any(not e.completed_once and not (e.running and e.running.timed_out) for e in self._entries.values()):
             self._step(0.5, schedule_next=False)
 

@@ -1,0 +1,94 @@
+"""`agent run` as a subprocess: endpoints, signals, reload, systemd notify."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from pathlib import Path
+
+import pytest
+from agentproc import Agent, NotifySocket, wait_for
+
+BASE = """
+[checks.disk]
+interval = "1s"
+paths = ["/"]
+[checks.network]
+interval = "1s"
+"""
+
+
+@pytest.fixture
+def notify():
+    sock = NotifySocket()
+    yield sock
+    sock.close()
+
+
+def test_metrics_healthz_notify_and_clean_sigterm(tmp_path: Path, notify: NotifySocket) -> None:
+    agent = Agent(tmp_path, BASE, notify=notify, env={"WATCHDOG_USEC": "1000000"})
+    try:
+        agent.wait_ready()
+        assert agent.get("/healthz") == (200, b"ok\n")
+        m = agent.metrics()
+        (labels, value), = m["node_health_build_info"]
+        assert value == 1 and labels["native"] in ("true", "false") and labels["version"]
+        wait_for(lambda: agent.value("node_health_check_runs_total", check="disk"), what="a disk run")
+        assert agent.value("node_health_check_success", check="network") == 1
+        assert agent.get("/nope")[0] == 404
+        msgs = wait_for(lambda: [m for m in notify.drain() if "WATCHDOG=1" in m], what="watchdog pings")
+        assert msgs
+        ready = [m for m in notify.messages if "READY=1" in m]
+        assert ready and "STATUS=" in ready[0]
+    finally:
+        t0 = time.monotonic()
+        code = agent.stop()
+        elapsed = time.monotonic() - t0
+    assert code == 0, agent.logs()
+    assert elapsed < 5, f"SIGTERM took {elapsed:.1f}s"
+    assert any("STOPPING=1" in m for m in notify.drain())
+
+
+def test_sighup_with_a_broken_config_keeps_the_running_one(tmp_path: Path) -> None:
+    agent = Agent(tmp_path, BASE)
+    try:
+        agent.wait_ready()
+        agent.config_path.write_text('[checks.disk]\ninterval = "soon"\n')
+        agent.signal(signal.SIGHUP)
+        wait_for(lambda: agent.value("node_health_config_reloads_total", result="failure") == 1, what="failed reload")
+        assert agent.value("node_health_config_last_reload_successful") == 0
+        assert agent.proc.poll() is None
+        errors = [json.loads(line) for line in agent.logs().splitlines() if '"level": "error"' in line]
+        assert len(errors) == 1 and "checks.disk.interval" in errors[0]["msg"], errors
+        runs = agent.value("node_health_check_runs_total", check="disk") or 0
+        wait_for(lambda: (agent.value("node_health_check_runs_total", check="disk") or 0) > runs + 1,
+                 what="disk check still running on the old config")
+        # A good file is picked up by the next SIGHUP.
+        agent.config_path.write_text(BASE.replace('interval = "1s"\npaths', 'interval = "2s"\npaths'))
+        agent.signal(signal.SIGHUP)
+        wait_for(lambda: agent.value("node_health_config_reloads_total", result="success") == 1, what="reload")
+        assert agent.value("node_health_config_last_reload_successful") == 1
+    finally:
+        assert agent.stop() == 0
+
+
+def test_bad_flag_and_bad_config_exit_2_without_traceback(tmp_path: Path) -> None:
+    agent = Agent(tmp_path, "[checks.disk]\nenabled = 3\n")
+    assert agent.proc.wait(30) == 2
+    agent.stop()
+    out = agent.logs()
+    assert "checks.disk.enabled" in out and "Traceback" not in out
+    assert len(out.strip().splitlines()) == 1
+
+
+def test_second_agent_on_the_same_state_dir_is_refused(tmp_path: Path) -> None:
+    first = Agent(tmp_path, BASE)
+    try:
+        first.wait_ready()
+        second = Agent(tmp_path, BASE)
+        assert second.proc.wait(30) == 2
+        second.stop()
+        assert "another agent holds its lock" in second.logs()
+    finally:
+        first.stop()
