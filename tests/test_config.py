@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import subprocess
+import tomllib
 import sys
 
 import pytest
@@ -14,6 +15,14 @@ def run_agent(*args: str) -> subprocess.CompletedProcess[str]:
 
 def test_embedded_defaults_equal_schema_defaults() -> None:
     assert config.load(None) == config.defaults()
+
+
+def test_shipped_config_documents_every_key() -> None:
+    """config/agent.toml spells out every key with its default, not just a subset."""
+    from pathlib import Path
+
+    shipped = tomllib.loads((Path(__file__).parent.parent / "config" / "agent.toml").read_text())
+    assert shipped == config._plain(config.defaults())
 
 
 @pytest.mark.parametrize(
