@@ -241,6 +241,18 @@ def test_interface_names(name: str, ok: bool) -> None:
     assert (interface_name(name) is None) is ok
 
 
+@pytest.mark.parametrize("interfaces", [pytest.param((), id="default set"), pytest.param(("lo",), id="configured")])
+def test_without_pyroute2_links_are_unknown_not_faults(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, interfaces: tuple[str, ...]
+) -> None:
+    monkeypatch.setitem(sys.modules, "pyroute2", None)  # `import pyroute2` raises ImportError
+    check = NetworkCheck(CheckContext(HostPaths(), str(tmp_path), defaults()), NetworkConfig(interfaces=interfaces))
+    for _ in range(2):  # the default set is retried on every run
+        [f] = check.run().findings
+        assert (f.reason, f.unknown) == ("LinkStateUnknown", True)
+        assert "pyroute2 is not installed" in f.message
+
+
 def test_pyroute2_is_not_imported_until_the_check_is_built() -> None:
     code = (
         "import sys, agent.catalog, agent.checks, agent.config;"

@@ -165,6 +165,7 @@ class NetworkCheck:
 
     def __init__(self, ctx: CheckContext, cfg: NetworkConfig, *, clock: Callable[[], float] = time.monotonic) -> None:
         self.ctx, self.cfg, self._clock = ctx, cfg, clock
+        self._discover_error = ""
         self.targets = cfg.targets or default_targets()
         self.interfaces: tuple[str, ...] | None = cfg.interfaces or self._discover()
         self._rates = RateTracker()
@@ -177,8 +178,12 @@ class NetworkCheck:
     def _discover(self) -> tuple[str, ...] | None:
         try:
             found = discover(self.ctx.paths, self.ctx.state_dir)
-        except LinkError as exc:
-            log.error("network: cannot choose the interfaces to watch, will retry: %s", exc)
+        except Exception as exc:  # noqa: BLE001 - runs while the agent builds its checks: it must not stop the agent
+            first = not self._discover_error
+            self._discover_error = str(exc) if isinstance(exc, LinkError) else f"{type(exc).__name__}: {exc}"
+            (log.error if first else log.debug)(
+                "network: cannot choose the interfaces to watch: %s", self._discover_error
+            )
             return None
         if found:
             log.info("network: watching %s (physical, up with carrier at start)", ", ".join(found))
@@ -201,7 +206,7 @@ class NetworkCheck:
         if self.interfaces is None:
             self.interfaces = self._discover()
         if self.interfaces is None:
-            b.finding(self.name, "LinkStateUnknown", "cannot choose the interfaces to watch: netlink does not answer")
+            b.finding(self.name, "LinkStateUnknown", f"cannot choose the interfaces to watch: {self._discover_error}")
         elif self.interfaces:
             indexes = self._links(b, self.interfaces, now)
             self._counters(b, self.interfaces, indexes, now)
