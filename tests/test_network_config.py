@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -93,16 +94,17 @@ def test_good_network_config_loads(tmp_path: Path) -> None:
     assert (cfg.timeout, cfg.connect_timeout, cfg.connect_interval) == (5.0, 4.0, 0.0)
 
 
-def test_commented_section_in_shipped_config_is_the_schema_defaults() -> None:
-    """config/agent.toml documents [checks.network] in comments: uncommented, it loads to the defaults."""
+def test_shipped_config_spells_out_every_network_key_at_its_default() -> None:
+    """config/agent.toml documents each [checks.network] key with its default, commented out or not."""
     text = Path(__file__).parents[1].joinpath("config/agent.toml").read_text()
-    start = text.index("# [checks.network]")
-    block = []
-    for line in text[start:].splitlines():
-        if not line.startswith("# "):
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if re.fullmatch(r"(# )?\[checks\.network\]", line))
+    block = [lines[start].removeprefix("# ")]
+    for line in lines[start + 1 :]:
+        line = line.removeprefix("# ")
+        if not line.strip() or line.startswith("["):
             break
-        block.append(re.sub(r"\s+#.*$", "", line[2:]))
-    loaded = config.parse("\n".join(block) + "\n", "<uncommented>").check("network")
-    assert loaded == NetworkConfig()
-    documented = {line.split(" = ")[0] for line in block if " = " in line}
-    assert documented == {f for f in NetworkConfig.__dataclass_fields__}
+        block.append(line)
+    loaded = tomllib.loads("\n".join(block))["checks"]["network"]
+    assert set(loaded) == set(NetworkConfig.__dataclass_fields__)
+    assert config.parse("\n".join(block), "<shipped>").check("network") == NetworkConfig()
