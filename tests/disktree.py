@@ -45,6 +45,7 @@ class HostTree:
         options: str = "rw,relatime",
         super_options: str = "rw",
         parent: int = 1,
+        root: str = "/",
         escaped: str | None = None,
         local: bool = True,
     ) -> int:
@@ -53,7 +54,7 @@ class HostTree:
         major, minor = dev or self.dev
         shown = escaped or mount_point
         self.lines.append(
-            f"{self._next_id} {parent} {major}:{minor} / {shown} {options} shared:1 - {fstype} {source} {super_options}"
+            f"{self._next_id} {parent} {major}:{minor} {root} {shown} {options} shared:1 - {fstype} {source} {super_options}"
         )
         if local:
             (self.root / mount_point.lstrip("/")).mkdir(parents=True, exist_ok=True)

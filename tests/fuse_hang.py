@@ -15,8 +15,9 @@ It prints ``ready MAJOR:MINOR`` once mounted and ``hung OPNAME N`` each time it
 leaves a request unanswered (N: how many of that op so far). Commands on
 stdin: ``release`` answers every held request (statfs then returns, later
 ones hang again), ``heal`` answers them and stops hanging, ``quit`` or end of
-input unmounts and exits. Creating a file fails with EIO (a disk that fails
-writes), so a write probe on it fails once statfs answers. `FuseHangProcess` drives that from a
+input unmounts and exits. Creating a file fails with ``--create-error``
+(default EIO, a disk that fails writes; EROFS is an NFS export that went
+read-only under a rw mount), so a write probe on it fails once statfs answers. `FuseHangProcess` drives that from a
 test; `HangingFuse` is the server itself, for use in-process.
 
 Teardown never leaves a hung mount behind: held requests are answered with
@@ -71,9 +72,12 @@ def _check(rc: int, what: str) -> None:
 class HangingFuse:
     """The server, mounted at `mountpoint` in the calling process's mount namespace."""
 
-    def __init__(self, mountpoint: str, hang: frozenset[int] = frozenset({STATFS}), on_hang=None) -> None:  # type: ignore[no-untyped-def]
+    def __init__(  # type: ignore[no-untyped-def]
+        self, mountpoint: str, hang: frozenset[int] = frozenset({STATFS}), on_hang=None, create_error: int = errno.EIO
+    ) -> None:
         self.mountpoint = os.path.abspath(mountpoint)
         self.hang = hang
+        self.create_error = create_error
         self.on_hang = on_hang  # called (opcode, count) from the server thread
         self.held: list[tuple[int, int]] = []  # (opcode, unique) left unanswered
         self.counts: dict[int, int] = {}
@@ -134,7 +138,7 @@ class HangingFuse:
         elif opcode == LOOKUP:
             self._reply(unique, -errno.ENOENT)
         elif opcode == CREATE:
-            self._reply(unique, -errno.EIO)  # a disk that fails writes: the write probe sees EIO
+            self._reply(unique, -self.create_error)  # a disk that fails writes, an NFS export that is ro…
         elif opcode == DESTROY:
             self._reply(unique, 0)
         else:
@@ -203,6 +207,7 @@ def main(argv: Sequence[str]) -> int:
     p = argparse.ArgumentParser(description="Mount a FUSE filesystem that never answers some operations.")
     p.add_argument("mountpoint")
     p.add_argument("--hang", default="statfs", help="comma-separated: " + ",".join(OPNAMES))
+    p.add_argument("--create-error", default="EIO", help="errno name file creation fails with (EIO, EROFS, EACCES)")
     args = p.parse_args(argv)
     hang = frozenset(OPNAMES[name.strip()] for name in args.hang.split(",") if name.strip())
     names = {v: k for k, v in OPNAMES.items()}
@@ -210,7 +215,7 @@ def main(argv: Sequence[str]) -> int:
     def told(opcode: int, n: int) -> None:
         print(f"hung {names.get(opcode, opcode)} {n}", flush=True)
 
-    fs = HangingFuse(args.mountpoint, hang, on_hang=told)
+    fs = HangingFuse(args.mountpoint, hang, on_hang=told, create_error=getattr(errno, args.create_error))
     fs.start()
     print(f"ready {fs.device}", flush=True)
     try:
@@ -227,11 +232,13 @@ def main(argv: Sequence[str]) -> int:
 class FuseHangProcess:
     """Drives `main` in a subprocess; `prefix` enters a namespace (e.g. `MountNamespace.cmd([])`)."""
 
-    def __init__(self, mountpoint: str, prefix: Sequence[str] = (), hang: str = "statfs") -> None:
+    def __init__(
+        self, mountpoint: str, prefix: Sequence[str] = (), hang: str = "statfs", create_error: str = "EIO"
+    ) -> None:
         self.mountpoint = mountpoint
         self.prefix = list(prefix)
         self.proc = subprocess.Popen(
-            [*prefix, sys.executable, os.path.abspath(__file__), mountpoint, "--hang", hang],
+            [*prefix, sys.executable, os.path.abspath(__file__), mountpoint, "--hang", hang, "--create-error", create_error],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1,
         )
         self.device = ""

@@ -94,6 +94,7 @@ def test_falls_back_to_own_mountinfo_mapped_to_host_paths(host: HostTree) -> Non
         "1 0 0:50 / / rw - overlay overlay rw",
         f"2 1 {host.dev[0]}:{host.dev[1]} / {root} ro,relatime - ext4 /dev/vda1 rw",
         f"3 1 {host.dev[0]}:{host.dev[1]} /data {root}/data rw,relatime - ext4 /dev/vda1 rw",
+        "4 1 0:51 / /etc rw,relatime - tmpfs config-volume rw",
     ]
     (host.root / "data").mkdir()
     host.write_mountinfo("self", own)
@@ -122,6 +123,13 @@ def test_another_filesystem_at_the_path_is_not_reported_as_the_hosts(host: HostT
     assert not list((host.root / "data").iterdir())
 
 
+def test_host_mount_missing_from_the_agents_view(host: HostTree) -> None:
+    host.mount("/data", local=False)
+    obs = host.check(paths=("/data",)).run()
+    assert reasons(obs, "/data") == {"MountNotVisible"}
+    assert "the agent has no" in obs.findings[0].message
+
+
 def test_duplicate_paths_are_one_subject(host: HostTree) -> None:
     host.mount("/data")
     obs = host.check(paths=("/data", "/data/", "//data")).run()
@@ -145,6 +153,16 @@ def test_state_dir_on_a_configured_filesystem_is_not_a_second_subject(host: Host
     state.mkdir()
     check = host.check(paths=("/",), include_state_dir=True, state_dir=str(state))
     assert list(check.run().subjects) == ["/"]
+
+
+def test_state_dir_on_a_bind_mount_of_a_configured_filesystem(host: HostTree, tmp_path: Path) -> None:
+    """The host mounts the state dir's filesystem at /hostfs and bind-mounts a
+    part of it at /srv, which is configured: same filesystem, no second subject."""
+    host.mount("/", dev=(0, 9999), fstype="overlay", source="overlay")
+    host.mount("/hostfs", dev=_real_dev_of(tmp_path), local=False)
+    host.mount("/srv", dev=_real_dev_of(tmp_path), root="/srv")
+    check = host.check(paths=("/srv",), include_state_dir=True, state_dir=str(tmp_path))
+    assert list(check.run().subjects) == ["/srv"]
 
 
 @pytest.mark.parametrize("exists", [pytest.param(True, id="state dir exists"), pytest.param(False, id="not created yet")])

@@ -86,6 +86,7 @@ def test_fault_is_critical_and_clears(ns, tmpfs, tmp_path, break_it, reason, rep
     assert rc == 1 and not report["healthy"]
     assert found[reason]["severity"] == "critical" and not found[reason]["unknown"]
     assert "DiskWriteFailed" not in found  # the cause is named once, not as a write failure too
+    assert len([f for f in report["findings"] if f["subject"] == tmpfs]) == len(found)  # and only once
 
     ns.run([part.format(mnt=tmpfs) for part in repair])
     rc, report = selftest(ns, config)
@@ -122,20 +123,29 @@ def test_read_only_only_in_the_agents_namespace_is_not_a_disk_fault(ns, tmpfs, t
     assert rc == 0 and report["healthy"]
 
 
-def test_write_failure_is_critical(ns, tmp_path) -> None:
-    """A filesystem that answers statfs but fails file creation with EIO."""
+@pytest.mark.parametrize(
+    ("create_error", "reason", "rc"),
+    [
+        pytest.param("EIO", "DiskWriteFailed", 1, id="EIO: the disk fails writes"),
+        pytest.param("EROFS", "DiskReadOnly", 1, id="EROFS under a rw mount: an NFS export gone read-only"),
+        pytest.param("EACCES", "InsufficientPrivilege", 0, id="EACCES as root: root_squash, cannot tell"),
+    ],
+)
+def test_write_probe_failure(ns, tmp_path, create_error: str, reason: str, rc: int) -> None:
+    """A filesystem whose statfs answers but file creation fails."""
     from fuse_hang import FuseHangProcess
 
-    mnt = tmp_path / "eio"
+    mnt = tmp_path / "failing"
     mnt.mkdir()
-    fs = FuseHangProcess(str(mnt), prefix=ns.cmd([]), hang="")
+    fs = FuseHangProcess(str(mnt), prefix=ns.cmd([]), hang="", create_error=create_error)
     try:
-        rc, report = selftest(ns, write_config(tmp_path / "agent.toml", [str(mnt)]))
+        code, report = selftest(ns, write_config(tmp_path / "agent.toml", [str(mnt)]))
     finally:
         fs.close()
     found = findings(report, str(mnt))
-    assert rc == 1 and set(found) == {"DiskWriteFailed"}, report
-    assert "EIO" in found["DiskWriteFailed"]["message"]
+    assert set(found) == {reason}, report
+    assert create_error in found[reason]["message"]
+    assert code == rc
 
 
 def test_probe_leaves_no_file_behind(ns, tmpfs, tmp_path) -> None:

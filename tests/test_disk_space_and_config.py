@@ -46,6 +46,7 @@ def test_space_levels(st: os.statvfs_result, expected: str | None) -> None:
 def test_inode_levels(files: int, ffree: int, expected: str | None) -> None:
     st = statvfs(blocks=10, bfree=10, bavail=10, files=files, ffree=ffree)
     assert level(inodes(st), warning=10, critical=5) == expected
+    assert inodes(st).accounted == (files > 0)  # shown as "no inode accounting", not "0% used"
 
 
 def test_percent_matches_df() -> None:

@@ -29,9 +29,9 @@ class ProbeOutcome:
     duration: float  # seconds for statvfs and the write probe together
     device: tuple[int, int]  # major:minor of the filesystem the agent saw at the path
 
-    def hidden(self, expected: tuple[int, int] | None) -> bool:
+    def hidden(self, expected: tuple[int, int]) -> bool:
         """The agent sees another filesystem at the path than the host mounted there."""
-        return expected is not None and self.device != expected
+        return self.device != expected
 
 
 def probe(local: str, write: bool, expected: tuple[int, int] | None) -> ProbeOutcome:

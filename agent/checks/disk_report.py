@@ -92,15 +92,11 @@ def _probe(b: ObservationBuilder, t: Target, cfg: DiskConfig, res: ProbeResult[P
         return False
     out = res.value
     assert out is not None
-    if out.hidden(t.expected_device()):
+    want = t.expected_device()
+    if want is not None and out.hidden(want):
         _sample(b, "probe_success", 0, t)
-        seen, want = out.device, t.expected_device()
-        b.finding(
-            s, "MountNotVisible",
-            f"the host mounts device {want[0]}:{want[1]} at {s} but the agent sees {seen[0]}:{seen[1]} at {t.local} "  # type: ignore[index]
-            "(in a DaemonSet, mount the host root with mountPropagation: HostToContainer)",
-        )
-        notes.append("not visible to the agent")
+        seen = f"{out.device[0]}:{out.device[1]}"
+        _not_visible(b, t, f"the host mounts device {want[0]}:{want[1]} there, the agent sees {seen}", notes)
         return False
     _sample(b, "probe_duration_seconds", out.duration, t)
     raised = _space(b, t, cfg, out, notes)
@@ -120,8 +116,20 @@ def _stat_error(b: ObservationBuilder, t: Target, exc: BaseException, notes: lis
         )
         notes.append("cannot statfs")
         return
+    if exc.errno == errno.ENOENT:  # the host has it mounted; the agent has no such path
+        _not_visible(b, t, f"the agent has no {t.local}", notes)
+        return
     b.finding(t.subject, "DiskStatFailed", f"statfs {t.local} failed: {errno_text(exc)}")
     notes.append("statfs failed")
+
+
+def _not_visible(b: ObservationBuilder, t: Target, what: str, notes: list[str]) -> None:
+    b.finding(
+        t.subject, "MountNotVisible",
+        f"{t.subject} is mounted on the host but {what} (in a DaemonSet, mount the host root with "
+        "mountPropagation: HostToContainer)",
+    )
+    notes.append("not visible to the agent")
 
 
 def _space(b: ObservationBuilder, t: Target, cfg: DiskConfig, out: ProbeOutcome, notes: list[str]) -> set[str]:
