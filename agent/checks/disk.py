@@ -193,9 +193,7 @@ class DiskCheck:
 
     def _device_signs(self, targets: list[Target]) -> dict[tuple[int, int], DeviceSigns]:
         devices = {(t.mount.major, t.mount.minor) for t in targets if t.mount is not None and t.mount.major != 0}
-        if not devices:
-            return {}
-        return self.devices.update(devices, self._diskstats())
+        return self.devices.update(devices, self._diskstats() if devices else {})
 
     def _diskstats(self) -> dict[tuple[int, int], DiskStats]:
         try:
