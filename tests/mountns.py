@@ -75,6 +75,12 @@ class MountNamespace:
     def popen(self, argv: Sequence[str], **kw: Any) -> subprocess.Popen[str]:
         return subprocess.Popen(self.cmd(argv), text=True, **kw)
 
+    def tmpfs(self, path: str | os.PathLike[str], options: str = "size=1m") -> str:
+        """Mount a small tmpfs (source "nha-test-tmpfs") at `path`, made if missing."""
+        os.makedirs(path, exist_ok=True)
+        self.run(["mount", "-t", "tmpfs", "-o", options, "nha-test-tmpfs", os.fspath(path)])
+        return os.fspath(path)
+
     def close(self) -> None:
         if self._holder.poll() is None:
             try:

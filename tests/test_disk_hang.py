@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import require_tool
 from diskrun import CheckRunner, reasons, sample
 from fuse_hang import FuseHangProcess
 from mountns import MountNamespace
@@ -19,13 +18,10 @@ pytestmark = [pytest.mark.privileged, pytest.mark.timeout(120)]
 
 
 @pytest.fixture
-def ns() -> Iterator[MountNamespace]:
-    require_tool("unshare")
-    require_tool("nsenter")
+def ns(mount_ns: MountNamespace) -> MountNamespace:
     if not Path("/dev/fuse").exists():
         pytest.fail("/dev/fuse is missing: the kernel needs CONFIG_FUSE_FS")
-    with MountNamespace() as ns:
-        yield ns
+    return mount_ns
 
 
 @pytest.fixture
@@ -39,10 +35,7 @@ def dead(ns: MountNamespace, tmp_path: Path) -> Iterator[FuseHangProcess]:
 
 @pytest.fixture
 def healthy(ns: MountNamespace, tmp_path: Path) -> str:
-    mnt = tmp_path / "healthy"
-    mnt.mkdir()
-    ns.run(["mount", "-t", "tmpfs", "-o", "size=4m", "nha-test-tmpfs", str(mnt)])
-    return str(mnt)
+    return ns.tmpfs(tmp_path / "healthy")
 
 
 @pytest.fixture

@@ -6,31 +6,23 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import require_tool
 from mountns import MountNamespace
 
 pytestmark = [pytest.mark.privileged, pytest.mark.timeout(120)]
 
 
 @pytest.fixture
-def ns() -> Iterator[MountNamespace]:
-    require_tool("unshare")
-    require_tool("nsenter")
-    with MountNamespace() as ns:
-        yield ns
+def ns(mount_ns: MountNamespace) -> MountNamespace:
+    return mount_ns
 
 
 @pytest.fixture
 def tmpfs(ns: MountNamespace, tmp_path: Path) -> str:
-    mnt = tmp_path / "tmpfs-mnt"
-    mnt.mkdir()
-    ns.run(["mount", "-t", "tmpfs", "-o", "size=1m,nr_inodes=64,mode=755", "nha-test-tmpfs", str(mnt)])
-    return str(mnt)
+    return ns.tmpfs(tmp_path / "tmpfs-mnt", "size=1m,nr_inodes=64,mode=755")
 
 
 def write_config(path: Path, mounts: list[str], **extra: Any) -> str:
@@ -171,10 +163,8 @@ def test_runs_from_the_agents_view_when_pid1_mountinfo_is_unreadable(ns, tmpfs, 
 
 def test_subprocess_helpers_clean_up(tmp_path) -> None:
     """Mounts made in a MountNamespace never reach the machine's own table."""
-    mnt = tmp_path / "m"
-    mnt.mkdir()
     with MountNamespace() as ns:
-        ns.run(["mount", "-t", "tmpfs", "nha-test-tmpfs", str(mnt)])
+        mnt = ns.tmpfs(tmp_path / "m")
         inside = ns.run(["cat", "/proc/1/mountinfo"]).stdout
     outside = Path("/proc/self/mountinfo").read_text()
     assert str(mnt) in inside and str(mnt) not in outside

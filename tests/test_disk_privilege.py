@@ -30,14 +30,6 @@ def public_dir() -> Iterator[str]:
     shutil.rmtree(path, ignore_errors=True)
 
 
-@pytest.fixture
-def ns() -> Iterator[MountNamespace]:
-    require_tool("unshare")
-    require_tool("nsenter")
-    with MountNamespace() as ns:
-        yield ns
-
-
 def as_nobody(argv: list[str]) -> list[str]:
     setpriv = require_tool("setpriv")
     return [setpriv, f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--", *argv]
@@ -82,25 +74,20 @@ def test_root_not_writable_is_unknown_not_a_fault(public_dir) -> None:
 
 
 @pytest.fixture
-def mounts(ns: MountNamespace, public_dir: str) -> dict[str, str]:
+def mounts(mount_ns: MountNamespace, public_dir: str) -> dict[str, str]:
     """tmpfs mounts: root-only, open to all, behind a directory nobody may enter, read-only."""
     out = {}
     for name, mode in (("root-only", "755"), ("open", "1777"), ("readonly", "1777")):
-        out[name] = os.path.join(public_dir, name)
-        os.mkdir(out[name])
-        ns.run(["mount", "-t", "tmpfs", "-o", f"size=1m,mode={mode}", "nha-test-tmpfs", out[name]])
-    ns.run(["mount", "-o", "remount,ro", out["readonly"]])
-    private = os.path.join(public_dir, "private")
-    os.mkdir(private, 0o700)
-    out["hidden"] = os.path.join(private, "mnt")
-    os.mkdir(out["hidden"])
-    ns.run(["mount", "-t", "tmpfs", "-o", "size=1m", "nha-test-tmpfs", out["hidden"]])
+        out[name] = mount_ns.tmpfs(os.path.join(public_dir, name), f"size=1m,mode={mode}")
+    mount_ns.run(["mount", "-o", "remount,ro", out["readonly"]])
+    os.mkdir(os.path.join(public_dir, "private"), 0o700)
+    out["hidden"] = mount_ns.tmpfs(os.path.join(public_dir, "private", "mnt"))
     return out
 
 
-def test_what_nobody_can_and_cannot_see(ns, mounts, public_dir) -> None:
+def test_what_nobody_can_and_cannot_see(mount_ns, mounts, public_dir) -> None:
     cfg = config(public_dir, [mounts[k] for k in ("root-only", "open", "hidden", "readonly")])
-    res = ns.run(as_nobody(selftest_argv(cfg)), check=False)
+    res = mount_ns.run(as_nobody(selftest_argv(cfg)), check=False)
     rc, report = parse(res.returncode, res.stdout, res.stderr)
 
     write = by_reason(report, mounts["root-only"])
