@@ -20,6 +20,13 @@ input unmounts and exits. Creating a file fails with ``--create-error``
 read-only under a rw mount), so a write probe on it fails once statfs answers. `FuseHangProcess` drives that from a
 test; `HangingFuse` is the server itself, for use in-process.
 
+In a test (the `mount_ns` fixture is in conftest.py)::
+
+    fs = FuseHangProcess(str(tmp_path / "dead"), prefix=mount_ns.cmd([]))
+    agent = mount_ns.popen([sys.executable, "-m", "agent", "run", "--config", cfg, ...])
+    ...  # the disk check's statfs of fs.mountpoint now blocks; fs.hung_count("statfs")
+    fs.close()  # or fs.release(heal=True) to let it answer
+
 Teardown never leaves a hung mount behind: held requests are answered with
 an error, the connection is aborted through /sys/fs/fuse/connections/N/abort
 when fusectl is mounted, the mount is detached (``umount -l``), and closing
@@ -37,7 +44,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 # Opcodes (include/uapi/linux/fuse.h)
 LOOKUP, FORGET, GETATTR, STATFS, INIT, CREATE, INTERRUPT, DESTROY, BATCH_FORGET = 1, 2, 3, 17, 26, 35, 36, 38, 42
@@ -63,17 +70,15 @@ MS_NOSUID, MS_NODEV, MNT_DETACH = 2, 4, 2
 _libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
 
 
-def _check(rc: int, what: str) -> None:
-    if rc != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"{what}: {os.strerror(err)}")
-
-
 class HangingFuse:
     """The server, mounted at `mountpoint` in the calling process's mount namespace."""
 
-    def __init__(  # type: ignore[no-untyped-def]
-        self, mountpoint: str, hang: frozenset[int] = frozenset({STATFS}), on_hang=None, create_error: int = errno.EIO
+    def __init__(
+        self,
+        mountpoint: str,
+        hang: frozenset[int] = frozenset({STATFS}),
+        on_hang: Callable[[int, int], None] | None = None,
+        create_error: int = errno.EIO,
     ) -> None:
         self.mountpoint = os.path.abspath(mountpoint)
         self.hang = hang
@@ -179,10 +184,12 @@ class HangingFuse:
             except OSError:
                 pass
         _libc.umount2(self.mountpoint.encode(), MNT_DETACH)
+        if self._thread is not None:
+            # With nothing held and the mount gone the connection ends and the
+            # reader gets ENODEV; closing /dev/fuse below ends it in any case.
+            self._thread.join(timeout=5)
         os.close(self._fd)
         self._fd = -1
-        if self._thread is not None:
-            self._thread.join(timeout=5)
 
 
 def _device_of(mountpoint: str) -> str:
@@ -197,6 +204,7 @@ def _device_of(mountpoint: str) -> str:
     if not device:
         raise RuntimeError(f"{mountpoint}: FUSE mount not in /proc/self/mountinfo")
     return device
+
 
 # ---------------------------------------------------------------- subprocess
 
@@ -262,7 +270,7 @@ class FuseHangProcess:
             self._lines.append("<exit>")
             self._cond.notify_all()
 
-    def wait_for(self, pred, what: str, timeout: float = 30.0) -> str:  # type: ignore[no-untyped-def]
+    def wait_for(self, pred: Callable[[str], bool], what: str, timeout: float = 30.0) -> str:
         """The first output line (since start) for which `pred` holds."""
         deadline = time.monotonic() + timeout
         with self._cond:
