@@ -27,6 +27,12 @@ In a test (the `mount_ns` fixture is in conftest.py)::
     ...  # the disk check's statfs of fs.mountpoint now blocks; fs.hung_count("statfs")
     fs.close()  # or fs.release(heal=True) to let it answer
 
+A held request that the server has already read cannot be interrupted, not
+even by SIGKILL: a process whose thread waits on it does not exit until the
+request is answered (`release`) or the connection ends (`close`, or the
+server dying with its namespace). Tear the FUSE server down before waiting
+for the process under test to exit.
+
 Teardown never leaves a hung mount behind: held requests are answered with
 an error, the connection is aborted through /sys/fs/fuse/connections/N/abort
 when fusectl is mounted, the mount is detached (``umount -l``), and closing
