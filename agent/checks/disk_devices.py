@@ -181,8 +181,8 @@ def _signs(
     new_fs = _grown(before.ext4.count if before and before.ext4 else None, ext4.count if ext4 else None)
     new_io = _grown(before.scsi.io_errors if before and before.scsi else None, scsi.io_errors if scsi else None)
     stall = None
-    if before is not None and before.io is not None and io is not None and stalled(before.io, io):
-        stall = now - prev[0]  # type: ignore[index]
+    if prev is not None and before is not None and before.io is not None and io is not None and stalled(before.io, io):
+        stall = now - prev[0]
     return DeviceSigns(dev, ext4, new_fs, scsi, new_io, io, stall)
 
 
