@@ -375,6 +375,11 @@ def fields_doc(cls: type, prefix: str) -> list[tuple[str, str, str]]:
 
 
 def _toml_value(v: Any) -> str:
+    """A TOML value on one line (tomli_w breaks arrays over lines)."""
+    if isinstance(v, list):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{k} = {_toml_value(x)}" for k, x in v.items()) + "}"
     import tomli_w
 
     return tomli_w.dumps({"v": v}).strip()[4:]

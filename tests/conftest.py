@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -37,3 +39,14 @@ def require_tool(name: str) -> str:
 def pytest_runtest_setup(item: pytest.Item) -> None:
     if item.get_closest_marker("privileged") is not None:
         require_root()
+
+
+@pytest.fixture
+def mount_ns() -> Iterator[Any]:
+    """A private mount and pid namespace (tests/mountns.py), killed after the test."""
+    from mountns import MountNamespace
+
+    require_tool("unshare")
+    require_tool("nsenter")
+    with MountNamespace() as ns:
+        yield ns
