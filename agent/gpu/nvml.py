@@ -23,6 +23,7 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 # NVML return codes (nvml.h).
+UNINITIALIZED = 1
 NOT_SUPPORTED = 3
 NO_PERMISSION = 4
 INVALID_ARGUMENT = 2
@@ -93,6 +94,13 @@ def init(library: str = "") -> ModuleType:
         _session.library, _session.ready = library, True
         log.info("NVML initialised (%s), driver %s", library or LIBRARY_NAME, driver_version(pynvml))
         return pynvml
+
+
+def invalidate() -> None:
+    """Forget the session: the next `init` calls nvmlInit again (after the
+    driver was unloaded or reloaded, old handles are no longer valid)."""
+    with _session.lock:
+        _session.ready = False
 
 
 def _pynvml() -> ModuleType:

@@ -59,6 +59,8 @@ def poll(check: GpuCheck, b: ObservationBuilder, now: float) -> None:
         check._reader = Reader(res.value)
     count = check.prober.call("count", res.value.nvmlDeviceGetCount, cfg.call_timeout)
     if not count.ok:
+        if count.error is not None and nvml.code(count.error) in (nvml.UNINITIALIZED, nvml.DRIVER_NOT_LOADED):
+            nvml.invalidate()
         b.finding("gpus", "NvmlCallHung" if count.hung_for is not None else "NvmlError", f"nvmlDeviceGetCount: {count.error or 'hung'}")
         return
     seen = _poll_gpus(check, b, int(count.value or 0), state, now)

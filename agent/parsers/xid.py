@@ -4,7 +4,8 @@ failures (twin of `native/src/xid.rs`).
 Input is many lines of kernel log in any of the usual shapes: raw
 ``/dev/kmsg`` records (``4,1234,5678,-;NVRM: …``), ``dmesg`` with or without
 timestamps (``[  123.456789] NVRM: …``), syslog / ``journalctl -k``
-(``Mar 10 12:00:01 host kernel: NVRM: …``), printk levels (``<4>NVRM: …``),
+(``Mar 10 12:00:01 host kernel: NVRM: …``), ``dmesg -x`` / ``--time-format iso``
+(``kern  :err   : 2025-01-25T10:34:54,859532+00:00 NVRM: …``), printk levels (``<4>NVRM: …``),
 and the indented continuation lines dmesg and journalctl print for a
 multi-line record.
 The marker (``NVRM: `` or ``nvidia-nvswitch``) must start the line or follow
@@ -135,9 +136,18 @@ def _locate(line: bytes) -> tuple[bytes, bytes, bytes]:
         time = head[lb + 1 : -2].strip(_WS)
     elif head.endswith(b";"):
         time = _kmsg_time(head[:-1])
+    elif head.endswith(b" ") and _is_iso(head.split()[-1]):  # dmesg --time-format iso
+        time = head.split()[-1]
+    elif head.startswith(b"kern ") and head.endswith(b": "):  # dmesg -x without time
+        time = b""
     else:
         return b"", b"", b""
     return time, marker, line[p + skip :]
+
+
+def _is_iso(tok: bytes) -> bool:
+    """``2025-01-25T10:34:54,859532+00:00``: four digits, a dash, a T."""
+    return len(tok) > 10 and tok[:4].isdigit() and tok[4:5] == b"-" and b"T" in tok
 
 
 def _kmsg_time(prefix: bytes) -> bytes:

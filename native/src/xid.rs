@@ -123,10 +123,18 @@ fn locate<'a>(line: &'a [u8], time: &mut Vec<u8>) -> Option<(Marker, &'a [u8])> 
         time.extend_from_slice(trim(&head[lb + 1..head.len() - 2]));
     } else if let Some(prefix) = head.strip_suffix(b";") {
         kmsg_time(prefix, time);
+    } else if head.ends_with(b" ") && fields(head).last().is_some_and(is_iso) {
+        time.extend_from_slice(fields(head).last().unwrap_or(b""));
+    } else if head.starts_with(b"kern ") && head.ends_with(b": ") {
     } else {
         return None;
     }
     Some((marker, &line[p + skip..]))
+}
+
+/// `2025-01-25T10:34:54,859532+00:00` (dmesg --time-format iso): four digits, a dash, a T.
+fn is_iso(tok: &[u8]) -> bool {
+    tok.len() > 10 && tok[..4].iter().all(u8::is_ascii_digit) && tok[4] == b'-' && tok.contains(&b'T')
 }
 
 fn kmsg_time(prefix: &[u8], time: &mut Vec<u8>) {
