@@ -124,12 +124,12 @@ class GpuCheck:
         from ..gpu import poller
 
         b = ObservationBuilder(self.name)
-        poller.poll(self, b, time.time())
+        seen = poller.poll(self, b, time.time())
         if not self._scanned:
             self._scanned = True
             from ..gpu import xidsource
 
-            xidsource.scan_once_unless_live(self.ctx, self.cfg, b)
+            xidsource.scan_once_unless_live(self.ctx, self.cfg, b, seen)
         return b.build()
 
 

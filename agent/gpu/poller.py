@@ -33,7 +33,8 @@ POLL_STATE = "gpu-poll.json"
 INVENTORY = "gpu-inventory.json"
 
 
-def poll(check: GpuCheck, b: ObservationBuilder, now: float) -> None:
+def poll(check: GpuCheck, b: ObservationBuilder, now: float) -> dict[str, int]:
+    """Polls every GPU; returns PCI address → NVML index of those that answered."""
     from ..checks.gpu import nvml_library
 
     ctx, cfg = check.ctx, check.cfg
@@ -53,7 +54,7 @@ def poll(check: GpuCheck, b: ObservationBuilder, now: float) -> None:
         why = "nvmlInit did not return" if res.hung_for is not None else str(res.error) if res.error else ""
     if res is None or not res.ok:
         _unavailable(b, why, candidates, cfg.expected_count)
-        return
+        return {}
     b.sample("node_health_nvml_up", 1)
     if check._reader is None or check._reader.nv is not res.value:
         check._reader = Reader(res.value)
@@ -62,10 +63,11 @@ def poll(check: GpuCheck, b: ObservationBuilder, now: float) -> None:
         if count.error is not None and nvml.code(count.error) in (nvml.UNINITIALIZED, nvml.DRIVER_NOT_LOADED):
             nvml.invalidate()
         b.finding("gpus", "NvmlCallHung" if count.hung_for is not None else "NvmlError", f"nvmlDeviceGetCount: {count.error or 'hung'}")
-        return
+        return {}
     seen = _poll_gpus(check, b, int(count.value or 0), state, now)
     _count(b, int(count.value or 0), seen, candidates, state, cfg.expected_count)
     _save(check, state, seen)
+    return seen
 
 
 def _poll_gpus(check: GpuCheck, b: ObservationBuilder, count: int, state: dict[str, Any], now: float) -> dict[str, int]:

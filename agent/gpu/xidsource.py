@@ -41,9 +41,9 @@ class GpuIndex:
     """PCI address → NVML index: the GPU check's inventory of this boot, else the
     position among the NVIDIA GPUs on the PCI bus (NVML's order)."""
 
-    def __init__(self, ctx: CheckContext) -> None:
+    def __init__(self, ctx: CheckContext, known: dict[str, int] | None = None) -> None:
         self.ctx = ctx
-        self._map: dict[str, int] = {}
+        self._map: dict[str, int] = dict(known or {})
         self._loaded = 0.0
 
     def __call__(self, pci: str, kind: int) -> tuple[str, str]:
@@ -66,13 +66,13 @@ class GpuIndex:
             self._map = {pci: i for i, pci in enumerate(bus_gpus(self.ctx.paths))}
 
 
-def new_stream(ctx: CheckContext, cfg: GpuConfig) -> XidStream:
+def new_stream(ctx: CheckContext, cfg: GpuConfig, known: dict[str, int] | None = None) -> XidStream:
     return XidStream(
         dedupe_window=cfg.dedupe_window,
         app_hold=cfg.app_xid_hold,
         coverage_hold=cfg.coverage_lost_hold,
         overrides=cfg.severity_overrides(),
-        subject_of=GpuIndex(ctx),
+        subject_of=GpuIndex(ctx, known),
     )
 
 
@@ -214,7 +214,7 @@ class XidSource:
             k.wait(1.0)
 
 
-def scan_once_unless_live(ctx: CheckContext, cfg: GpuConfig, b: ObservationBuilder) -> None:
+def scan_once_unless_live(ctx: CheckContext, cfg: GpuConfig, b: ObservationBuilder, known: dict[str, int]) -> None:
     """`agent selftest` / `agent run --once`: the current boot's kernel log, once,
     into the GPU check's observation (the daemon's source does this continuously)."""
     if ctx.state_dir in _live or not cfg.xid_events:
@@ -228,7 +228,7 @@ def scan_once_unless_live(ctx: CheckContext, cfg: GpuConfig, b: ObservationBuild
         records = list(k.read_available())
     finally:
         k.close()
-    stream = new_stream(ctx, cfg)
+    stream = new_stream(ctx, cfg, known)
     for r in records:
         if r.seq is not None:
             stream.record_seq(r.seq)
