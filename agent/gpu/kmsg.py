@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from ..parsers._text import u64
 
-FILE_POLL = 0.05
+FILE_POLL = 0.02
 READ_SIZE = 8192  # the kernel's record limit (CONSOLE_EXT_LOG_MAX) is 8 KiB
 
 

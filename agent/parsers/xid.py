@@ -122,7 +122,7 @@ def _locate(line: bytes) -> tuple[bytes, bytes, bytes]:
     p = line.find(b"NVRM: ")
     marker, skip = b"N", 6
     if p < 0:
-        p = line.find(b"nvidia-nvswitch")
+        p = line.find(b"nvidia-nvswitch") if b"SXid" in line else -1
         marker, skip = b"S", 15
     if p < 0:
         return b"", b"", b""

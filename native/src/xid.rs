@@ -6,7 +6,7 @@
 //! (pci as printed, pid as printed, name, MIG suffix, message, time).
 
 use crate::ffi::Out;
-use crate::text::{fields, is_ws, lines, parse_u64, trim};
+use crate::text::{fields, is_ws, parse_u64, trim};
 
 pub const KIND_XID: u64 = 1;
 pub const KIND_SXID: u64 = 2;
@@ -36,7 +36,7 @@ pub fn parse(input: &[u8], out: &mut Out) {
     let mut pending: &[u8] = b"";
     let mut pending_line: i64 = -MULTILINE_SPAN;
     let mut time = Vec::with_capacity(32);
-    for (i, raw) in lines(input).enumerate() {
+    for (i, raw) in (Lines { rest: Some(input) }).enumerate() {
         let line = rtrim(raw);
         let Some((marker, rest)) = locate(line, &mut time) else { continue };
         let rec = if marker == Marker::NvSwitch {
@@ -82,6 +82,29 @@ pub fn parse(input: &[u8], out: &mut Out) {
     }
 }
 
+/// Lines split on `\n` exactly like Python's `bytes.split(b"\n")`, found with `find`.
+struct Lines<'a> {
+    rest: Option<&'a [u8]>,
+}
+
+impl<'a> Iterator for Lines<'a> {
+    type Item = &'a [u8];
+
+    fn next(&mut self) -> Option<&'a [u8]> {
+        let r = self.rest?;
+        match find(r, b"\n") {
+            Some(e) => {
+                self.rest = Some(&r[e + 1..]);
+                Some(&r[..e])
+            }
+            None => {
+                self.rest = None;
+                Some(r)
+            }
+        }
+    }
+}
+
 fn simple<'a>(kind: u64, pci: &'a [u8], msg: &'a [u8]) -> Rec<'a> {
     Rec { kind, xid: 0, caused: 0, pci, pid: b"", name: b"", mig: b"", msg }
 }
@@ -91,11 +114,37 @@ fn rtrim(s: &[u8]) -> &[u8] {
     &s[..end]
 }
 
+const LO: u64 = 0x0101_0101_0101_0101;
+const HI: u64 = 0x8080_8080_8080_8080;
+
+/// Whether any byte of `w` equals `b` (the "has zero byte" trick on `w ^ b…b`).
+#[inline]
+fn has_byte(w: u64, b: u8) -> bool {
+    let x = w ^ (LO * u64::from(b));
+    (x.wrapping_sub(LO) & !x & HI) != 0
+}
+
+/// First occurrence of `n` in `h`: eight bytes at a time for the first byte,
+/// then a compare. This runs over every byte of every line, and the markers
+/// start with upper-case letters that are rare in kernel text.
 fn find(h: &[u8], n: &[u8]) -> Option<usize> {
-    if n.len() > h.len() {
-        return None;
+    let (&first, rest) = n.split_first()?;
+    let end = h.len().checked_sub(n.len())? + 1; // candidate starts are < end
+    let mut i = 0;
+    while i < end {
+        if i + 8 <= end {
+            let w = u64::from_le_bytes(h[i..i + 8].try_into().unwrap_or([0; 8]));
+            if !has_byte(w, first) {
+                i += 8;
+                continue;
+            }
+        }
+        if h[i] == first && &h[i + 1..i + n.len()] == rest {
+            return Some(i);
+        }
+        i += 1;
     }
-    h.windows(n.len()).position(|w| w == n)
+    None
 }
 
 fn rfind(h: &[u8], n: &[u8]) -> Option<usize> {
@@ -113,7 +162,10 @@ fn contains(h: &[u8], n: &[u8]) -> bool {
 fn locate<'a>(line: &'a [u8], time: &mut Vec<u8>) -> Option<(Marker, &'a [u8])> {
     let (p, marker, skip) = match find(line, b"NVRM: ") {
         Some(p) => (p, Marker::Nvrm, 6),
-        None => (find(line, b"nvidia-nvswitch")?, Marker::NvSwitch, 15),
+        None => {
+            find(line, b"SXid")?; // every NVSwitch event has it: a cheap filter first
+            (find(line, b"nvidia-nvswitch")?, Marker::NvSwitch, 15)
+        }
     };
     let head = &line[..p];
     time.clear();
