@@ -111,7 +111,7 @@ class GpuCheck:
         self.ctx, self.cfg = ctx, cfg
         self.prober = Prober("nvml")
         self.state = StateDir(ctx.state_dir)
-        self._reader: Any = None
+        self.reader: Any = None  # agent.gpu.poll.Reader, made with the NVML session
         self._scanned = False
 
     def known_findings(self) -> Iterable[tuple[str, str]]:

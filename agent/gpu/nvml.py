@@ -105,10 +105,11 @@ def invalidate() -> None:
 
 def _pynvml() -> ModuleType:
     try:
-        import pynvml
+        import pynvml  # type: ignore[import-untyped]
     except ImportError as exc:  # pragma: no cover - a dependency of the package
         raise NvmlUnavailable(f"pynvml (nvidia-ml-py) is not installed: {exc}") from None
-    return pynvml
+    mod: ModuleType = pynvml
+    return mod
 
 
 def _use_library(pynvml: Any, path: str) -> None:

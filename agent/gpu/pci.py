@@ -22,9 +22,7 @@ GPU_CLASSES = ("0x0300", "0x0302", "0x0380")
 
 def normalize(bus_id: str | bytes) -> str:
     """Any spelling of a GPU's PCI address → ``dddd:bb:dd`` (lower case); "" if not one."""
-    s = (bus_id.decode("ascii", "replace") if isinstance(bus_id, bytes) else bus_id).strip().lower()
-    if s.startswith("pci:"):
-        s = s[4:]
+    s = (bus_id.decode("ascii", "replace") if isinstance(bus_id, bytes) else bus_id).strip().lower().removeprefix("pci:")
     parts = s.split(":")
     if len(parts) == 2:
         parts = ["0000", *parts]

@@ -15,6 +15,8 @@ for the Xid source.
 from __future__ import annotations
 
 import logging
+from functools import partial
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from ..findings import ObservationBuilder
@@ -35,8 +37,6 @@ INVENTORY = "gpu-inventory.json"
 
 def poll(check: GpuCheck, b: ObservationBuilder, now: float) -> dict[str, int]:
     """Polls every GPU; returns PCI address → NVML index of those that answered."""
-    from ..checks.gpu import nvml_library
-
     ctx, cfg = check.ctx, check.cfg
     bus = bus_gpus(ctx.paths)
     candidates = nvml_candidates(bus)
@@ -44,21 +44,14 @@ def poll(check: GpuCheck, b: ObservationBuilder, now: float) -> dict[str, int]:
     state = check.state.read_json(POLL_STATE) or {}
     if state.get("boot") != boot:
         state = {"boot": boot, "gpus": {}, "seen": []}
-    try:
-        library = nvml_library(ctx, cfg)
-        res = check.prober.call("init", lambda: nvml.init(library), cfg.call_timeout)
-    except nvml.NvmlUnavailable as exc:
-        res = None
-        why = str(exc)
-    else:
-        why = "nvmlInit did not return" if res.hung_for is not None else str(res.error) if res.error else ""
-    if res is None or not res.ok:
+    nv, why = _init(check)
+    if nv is None:
         _unavailable(b, why, candidates, cfg.expected_count)
         return {}
     b.sample("node_health_nvml_up", 1)
-    if check._reader is None or check._reader.nv is not res.value:
-        check._reader = Reader(res.value)
-    count = check.prober.call("count", res.value.nvmlDeviceGetCount, cfg.call_timeout)
+    if check.reader is None or check.reader.nv is not nv:
+        check.reader = Reader(nv)
+    count = check.prober.call("count", nv.nvmlDeviceGetCount, cfg.call_timeout)
     if not count.ok:
         if count.error is not None and nvml.code(count.error) in (nvml.UNINITIALIZED, nvml.DRIVER_NOT_LOADED):
             nvml.invalidate()
@@ -70,13 +63,30 @@ def poll(check: GpuCheck, b: ObservationBuilder, now: float) -> dict[str, int]:
     return seen
 
 
+def _init(check: GpuCheck) -> tuple[ModuleType | None, str]:
+    """pynvml ready for use, or None and why not (nvmlInit itself can hang)."""
+    from ..checks.gpu import nvml_library
+
+    try:
+        library = nvml_library(check.ctx, check.cfg)
+    except nvml.NvmlUnavailable as exc:
+        return None, str(exc)
+    res = check.prober.call("init", lambda: nvml.init(library), check.cfg.call_timeout)
+    if res.hung_for is not None:
+        return None, f"nvmlInit has not returned for {res.hung_for:.0f}s"
+    if res.error is not None:
+        return None, str(res.error)
+    return res.value, ""
+
+
 def _poll_gpus(check: GpuCheck, b: ObservationBuilder, count: int, state: dict[str, Any], now: float) -> dict[str, int]:
     """Reads and judges each GPU; returns PCI address → index of those that answered."""
     cfg = check.cfg
     limits = Limits(cfg.ecc_corrected_rate, cfg.nvlink_error_rate)
     seen: dict[str, int] = {}
+    reader: Reader = check.reader
     for i in range(count):
-        res = check.prober.call(("gpu", i), lambda i=i: check._reader.read(i), cfg.call_timeout)
+        res = check.prober.call(("gpu", i), partial(reader.read, i), cfg.call_timeout)
         if res.hung_for is not None:
             b.sample("node_health_gpu_up", 0, gpu=str(i))
             b.finding(f"gpu{i}", "NvmlCallHung", f"NVML calls for this GPU have not returned for {res.hung_for:.0f}s")
@@ -85,6 +95,7 @@ def _poll_gpus(check: GpuCheck, b: ObservationBuilder, count: int, state: dict[s
             b.finding(f"gpu{i}", "NvmlError", f"reading the GPU failed: {type(res.error).__name__}: {res.error}")
             continue
         r = res.value
+        assert r is not None
         key = r.uuid or r.pci or f"#{i}"
         state["gpus"][key] = judge(r, state["gpus"].get(key, {}), limits, now, b)
         if r.pci:

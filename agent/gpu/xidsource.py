@@ -141,8 +141,10 @@ class XidSource:
 
     def add(self, events: list[Event]) -> None:
         with self.lock:
-            changed = [self.stream.add(ev) for ev in events]
-            if any(changed):
+            changed = False
+            for ev in events:
+                changed = self.stream.add(ev) or changed
+            if changed:
                 self._save(force=True)
                 self._publish()
 
@@ -197,7 +199,7 @@ class XidSource:
                 k.close()
 
     def _read(self, k: Kmsg) -> None:
-        backlog, context = True, []
+        backlog, context = True, list[bytes]()
         while not self.stop_event.is_set():
             records = list(k.read_available())
             with self.lock:
@@ -207,7 +209,9 @@ class XidSource:
             events = events_from(fresh, context, backlog, time.monotonic())
             backlog = False
             with self.lock:
-                changed = any([self.stream.add(ev) for ev in events]) | self.stream.expire()
+                changed = self.stream.expire()
+                for ev in events:
+                    changed = self.stream.add(ev) or changed
                 self._save(force=changed)
                 if changed or records:
                     self._publish()
