@@ -18,7 +18,7 @@ from typing import Any, NoReturn
 
 from . import __version__
 
-COMMAND_MODULES: tuple[str, ...] = ()
+COMMAND_MODULES: tuple[str, ...] = ("agent.gpu.cli",)
 
 
 class UsageError(Exception):

@@ -21,9 +21,11 @@ from typing import Any, Final, TypeVar
 from .parsers import diskstats as _diskstats
 from .parsers import mountinfo as _mountinfo
 from .parsers import netdev as _netdev
+from .parsers import xid as _xid
 from .parsers.diskstats import DiskStats
 from .parsers.mountinfo import MountInfo
 from .parsers.netdev import NetDevStats
+from .parsers.xid import XidRecord
 
 __all__ = [
     "DiskStats",
@@ -35,6 +37,8 @@ __all__ = [
     "parse_diskstats",
     "parse_mountinfo",
     "parse_net_dev",
+    "parse_xid",
+    "XidRecord",
 ]
 
 ABI_VERSION: Final = 1
@@ -136,15 +140,18 @@ if _lib is not None:
     parse_mountinfo: Callable[[bytes], list[MountInfo]] = _native_parser(
         "nha_parse_mountinfo", MountInfo, 4, 7, strings_first=False
     )
+    parse_xid: Callable[[bytes], list[XidRecord]] = _native_parser("nha_parse_xid", XidRecord, 4, 6, strings_first=False)
 else:
     parse_net_dev = _netdev.parse
     parse_diskstats = _diskstats.parse
     parse_mountinfo = _mountinfo.parse
+    parse_xid = _xid.parse
 
 PYTHON_TWINS: Final = {
     "net_dev": _netdev.parse,
     "diskstats": _diskstats.parse,
     "mountinfo": _mountinfo.parse,
+    "xid": _xid.parse,
 }
 
 

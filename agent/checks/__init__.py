@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 CHECK_MODULES: tuple[str, ...] = (
     "agent.checks.disk",
     "agent.checks.network",
+    "agent.checks.gpu",
 )
 
 

@@ -11,3 +11,4 @@ pub mod text;
 pub mod diskstats;
 pub mod mountinfo;
 pub mod netdev;
+pub mod xid;

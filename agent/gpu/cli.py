@@ -1,0 +1,114 @@
+"""`agent scan-log [FILE|-] [--json]` and `agent xid N`.
+
+scan-log reads a saved kernel log (``dmesg`` with or without timestamps,
+``journalctl -k``, raw ``/dev/kmsg`` records) and lists every NVIDIA event in
+it with its meaning and recommended action: a post-mortem of a dead node's
+journal. Exit 0 when nothing is critical, 1 when something is, 2 when the
+file cannot be read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from ..cli import UsageError
+from ..findings import Severity
+from ..parsers.xid import KIND_DRIVER_LOADED
+from .xids import ACTION_TEXT, classify, lookup
+
+MAX_INPUT = 1 << 30
+
+
+def register(sub: Any) -> None:
+    scan = sub.add_parser(
+        "scan-log",
+        help="list the Xid/NVRM events in a saved kernel log (dmesg, journalctl -k, /dev/kmsg records)",
+        description="Exit 0: nothing critical; 1: a critical event; 2: the file cannot be read.",
+    )
+    scan.add_argument("file", nargs="?", default="-", metavar="FILE|-", help="the log file; - or nothing: standard input")
+    scan.add_argument("--json", action="store_true", help="a JSON list of events")
+    scan.set_defaults(func=cmd_scan_log)
+    xid = sub.add_parser("xid", help="explain one Xid: meaning, severity, recommended action")
+    xid.add_argument("number", metavar="N")
+    xid.set_defaults(func=cmd_xid)
+
+
+def _read(path: str) -> bytes:
+    if path == "-":
+        return sys.stdin.buffer.read(MAX_INPUT)
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(MAX_INPUT)
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
+
+
+def scan(data: bytes) -> list[dict[str, Any]]:
+    """The events of a log, as the JSON objects `scan-log --json` prints."""
+    from .. import native
+
+    out = []
+    for r in native.parse_xid(data):
+        if r.kind == KIND_DRIVER_LOADED:
+            continue
+        v = classify(r.kind, r.xid, r.message)
+        if v is None:  # pragma: no cover - every other kind has a verdict
+            continue
+        info = lookup(v.xid) if r.kind_name in ("xid", "fallen-off-bus") else None
+        out.append({
+            "line": r.line + 1,
+            "time": r.time,
+            "kind": r.kind_name,
+            "xid": v.xid,
+            "pci": r.pci,
+            "mig": r.mig,
+            "pid": r.pid,
+            "name": r.name,
+            "severity": v.severity.value,
+            "action": v.action,
+            "reason": v.reason,
+            "mnemonic": info.mnemonic if info else "",
+            "meaning": v.title,
+            "message": r.message,
+            "caused_by": r.caused_by or None,
+        })
+    return out
+
+
+def cmd_scan_log(args: argparse.Namespace) -> int:
+    events = scan(_read(args.file))
+    if args.json:
+        json.dump(events, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        for e in events:
+            where = f" {e['pci']}" if e["pci"] else ""
+            when = f"[{e['time']}] " if e["time"] else ""
+            sys.stdout.write(
+                f"{e['line']}: {when}{e['severity'].upper()} {e['meaning']}{where}: {e['message']}\n"
+                f"    action: {ACTION_TEXT[e['action']]}\n"
+            )
+        crit = sum(1 for e in events if e["severity"] == "critical")
+        sys.stdout.write(f"{len(events)} events, {crit} critical\n")
+    return 1 if any(e["severity"] == Severity.CRITICAL.value for e in events) else 0
+
+
+def cmd_xid(args: argparse.Namespace) -> int:
+    if not args.number.isdigit():
+        raise UsageError(f'expected an Xid number, got "{args.number}"')
+    info = lookup(int(args.number))
+    if info is None:
+        raise UsageError(
+            f"Xid {int(args.number)} is not in the catalog; see "
+            "https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html"
+        )
+    print(f"Xid {info.xid} {info.mnemonic}".rstrip())
+    print(f"  meaning:  {info.meaning}")
+    print(f"  severity: {info.severity.value}{' (an application error, not a node fault)' if info.action in ('none', 'restart_app') else ''}")
+    print(f"  action:   {info.action}: {ACTION_TEXT[info.action]}")
+    print(f"  NVIDIA resolution bucket: {info.bucket or '(none given)'}")
+    print(f"  finding:  {info.reason}, {'until reboot' if info.action not in ('none', 'restart_app') else 'held for checks.gpu.app_xid_hold'}")
+    return 0

@@ -1,0 +1,147 @@
+"""Loading NVML through pynvml (nvidia-ml-py), once per process.
+
+pynvml opens ``libnvidia-ml.so.1`` through the normal library lookup. A driver
+installed by the GPU Operator lives under a driver root (``/run/nvidia/driver``)
+that the lookup does not search, so the agent can name the library or the root;
+it then opens that file itself and hands it to pynvml (its module-level
+``nvmlLib``, which ``nvmlInit`` keeps when already set).
+
+pynvml raises one exception class per NVML return code (``NVMLError_GpuIsLost``
+…); these helpers compare ``.value`` so that they do not depend on the
+generated class names.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import threading
+from types import ModuleType
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+# NVML return codes (nvml.h).
+UNINITIALIZED = 1
+NOT_SUPPORTED = 3
+NO_PERMISSION = 4
+INVALID_ARGUMENT = 2
+DRIVER_NOT_LOADED = 9
+TIMEOUT = 10
+LIBRARY_NOT_FOUND = 12
+FUNCTION_NOT_FOUND = 13
+GPU_IS_LOST = 15
+UNKNOWN = 999
+
+# Where a containerised driver keeps the library, relative to its root.
+LIBRARY_DIRS = ("usr/lib64", "usr/lib/x86_64-linux-gnu", "usr/lib/aarch64-linux-gnu", "usr/lib", "lib64", "lib")
+LIBRARY_NAME = "libnvidia-ml.so.1"
+
+
+class NvmlUnavailable(Exception):
+    """NVML cannot be used here (no library, no driver, no permission)."""
+
+
+def code(exc: BaseException) -> int | None:
+    """The NVML return code of a pynvml exception, None for anything else."""
+    value = getattr(exc, "value", None)
+    return value if isinstance(value, int) and type(exc).__name__.startswith("NVMLError") else None
+
+
+def not_applicable(exc: BaseException) -> bool:
+    """NOT_SUPPORTED (the GPU lacks it) and FUNCTION_NOT_FOUND (an older driver lacks it)."""
+    return code(exc) in (NOT_SUPPORTED, FUNCTION_NOT_FOUND)
+
+
+def is_lost(exc: BaseException) -> bool:
+    return code(exc) == GPU_IS_LOST
+
+
+def find_library(driver_root: str) -> str:
+    """``libnvidia-ml.so.1`` under a driver root; raises NvmlUnavailable."""
+    for sub in LIBRARY_DIRS:
+        path = os.path.join(driver_root, sub, LIBRARY_NAME)
+        if os.path.exists(path):
+            return path
+    raise NvmlUnavailable(f"no {LIBRARY_NAME} under driver root {driver_root} (looked in {', '.join(LIBRARY_DIRS)})")
+
+
+class _Session:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.library: str | None = None  # "" for the normal lookup
+        self.ready = False
+
+
+_session = _Session()
+
+
+def init(library: str = "") -> ModuleType:
+    """pynvml, initialised with `library` ("" for the normal lookup). Raises
+    NvmlUnavailable; a failed init is tried again on the next call (the driver
+    may be loaded later)."""
+    with _session.lock:
+        if _session.ready and _session.library == library:
+            return _pynvml()
+        pynvml = _pynvml()
+        if library:
+            _use_library(pynvml, library)
+        try:
+            pynvml.nvmlInit()
+        except Exception as exc:
+            raise NvmlUnavailable(_describe_init_error(exc)) from None
+        _session.library, _session.ready = library, True
+        log.info("NVML initialised (%s), driver %s", library or LIBRARY_NAME, driver_version(pynvml))
+        return pynvml
+
+
+def invalidate() -> None:
+    """Forget the session: the next `init` calls nvmlInit again (after the
+    driver was unloaded or reloaded, old handles are no longer valid)."""
+    with _session.lock:
+        _session.ready = False
+
+
+def _pynvml() -> ModuleType:
+    try:
+        import pynvml  # type: ignore[import-untyped]
+    except ImportError as exc:  # pragma: no cover - a dependency of the package
+        raise NvmlUnavailable(f"pynvml (nvidia-ml-py) is not installed: {exc}") from None
+    mod: ModuleType = pynvml
+    return mod
+
+
+def _use_library(pynvml: Any, path: str) -> None:
+    try:
+        lib = ctypes.CDLL(path)
+    except OSError as exc:
+        raise NvmlUnavailable(f"cannot load {path}: {exc}") from None
+    with pynvml.libLoadLock:
+        if pynvml.nvmlLib is None or pynvml.nvmlLib._handle != lib._handle:
+            pynvml.nvmlLib = lib
+            pynvml._nvmlGetFunctionPointer_cache.clear()
+
+
+def _describe_init_error(exc: Exception) -> str:
+    c = code(exc)
+    if c == LIBRARY_NOT_FOUND:
+        return f"{LIBRARY_NAME} not found (no NVIDIA driver installed, or set checks.gpu.driver_root)"
+    if c == DRIVER_NOT_LOADED:
+        return "the NVIDIA kernel driver is not loaded"
+    if c == NO_PERMISSION:
+        return "no permission to use NVML (/dev/nvidia* not accessible)"
+    return f"nvmlInit failed: {exc}"
+
+
+def driver_version(pynvml: Any) -> str:
+    try:
+        v = pynvml.nvmlSystemGetDriverVersion()
+    except Exception:  # noqa: BLE001 - informational only
+        return "unknown"
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def text(value: str | bytes) -> str:
+    """pynvml returns str from most calls but bytes from some (``nvmlPciInfo_t.busId``)."""
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value

@@ -1,0 +1,198 @@
+"""One stream of Xid events from two sources, deduplicated, with the findings
+it keeps active and the counters it exports.
+
+Deduplication: NVML reports every Xid as an event and the driver prints the
+same Xid to the kernel log. A new event matches a recent one (within
+``dedupe_window``) for the same GPU and Xid that its source has not yet
+matched; then it is the same event, seen twice. Each source pairs off one to
+one, so three Xid 13 lines and three NVML events make three events, not one
+or six. A ``GPU … has fallen off the bus`` line counts as Xid 79 and pairs
+with the Xid 79 line and event. Records read from the ring buffer at start
+(the backlog) happened before NVML events were registered, so they never pair.
+
+State (`to_json`): the kmsg cursor (last sequence number), the active
+findings with their expiry (CLOCK_MONOTONIC, valid for the boot), the
+counters; the source saves it with the boot id, so a restart resumes and a
+reboot starts afresh.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..findings import Finding, Sample, Severity
+from ..parsers.xid import KIND_DRIVER_LOADED, KIND_FALLEN_OFF_BUS
+from .xids import ACTION_TEXT, classify, metric_label
+
+CHECK = "xid"
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    source: str  # "kmsg" | "nvml"
+    kind: int
+    xid: int
+    pci: str  # normalised; "" when unknown
+    message: str
+    at: float  # CLOCK_MONOTONIC when it happened (start of its hold)
+    backlog: bool = False
+
+
+@dataclass
+class _Recent:
+    pci: str
+    xid: int
+    seen_at: float
+    tokens: set[str] = field(default_factory=set)
+
+
+@dataclass
+class Active:
+    severity: Severity
+    message: str
+    action: str
+    until: float | None  # None: until reboot
+    count: int = 1
+
+
+class XidStream:
+    def __init__(
+        self,
+        *,
+        dedupe_window: float,
+        app_hold: float,
+        coverage_hold: float,
+        overrides: Mapping[int, Severity],
+        subject_of: Callable[[str, int], tuple[str, str]],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.window, self.app_hold, self.coverage_hold = dedupe_window, app_hold, coverage_hold
+        self.overrides, self.subject_of, self.clock = overrides, subject_of, clock
+        self.active: dict[tuple[str, str], Active] = {}
+        self.recent: deque[_Recent] = deque()
+        self.counts: dict[tuple[str, str], int] = {}
+        self.source_events: dict[str, int] = {"kmsg": 0, "nvml": 0}
+        self.cursor: int | None = None
+        self.records_read = self.lost = self.gaps = 0
+        self.coverage_until = 0.0
+        self.coverage_message = ""
+
+    # ------------------------------------------------------------ input
+
+    def record_seq(self, seq: int) -> bool:
+        """Accounts one kmsg sequence number; False when it was processed before."""
+        if self.cursor is not None and seq <= self.cursor:
+            return False
+        expected = 0 if self.cursor is None else self.cursor + 1
+        if seq > expected:
+            self.lost += seq - expected
+            self.gaps += 1
+            self.coverage_until = self.clock() + self.coverage_hold
+            self.coverage_message = (
+                f"{seq - expected} kernel log records (seq {expected}..{seq - 1}) were overwritten before the agent "
+                f"read them; Xids among them are missed ({self.lost} lost this boot)"
+            )
+        self.cursor = seq
+        return True
+
+    def add(self, ev: Event) -> bool:
+        """Takes one event; True when it changed the findings or counters."""
+        self.source_events[ev.source] = self.source_events.get(ev.source, 0) + 1
+        if ev.kind == KIND_DRIVER_LOADED:
+            return self._driver_loaded()
+        verdict = classify(ev.kind, ev.xid, ev.message, self.overrides)
+        if verdict is None:
+            return False
+        subject, gpu = self.subject_of(ev.pci, ev.kind)
+        if self._duplicate(ev, verdict.xid):
+            if ev.source == "kmsg" and (subject, verdict.reason) in self.active:
+                self.active[(subject, verdict.reason)].message = f"{verdict.title}: {ev.message}"
+            return True
+        if verdict.reason.startswith("Xid"):
+            key = (gpu, metric_label(verdict.xid))
+            self.counts[key] = self.counts.get(key, 0) + 1
+        until = None if verdict.sticky else ev.at + self.app_hold
+        if until is not None and until <= self.clock():
+            return True  # an application Xid from the backlog whose hold is long over: counted only
+        msg = f"{verdict.title}: {ev.message} (action: {ACTION_TEXT[verdict.action]})"
+        old = self.active.get((subject, verdict.reason))
+        if old is not None:
+            old.severity = max(old.severity, verdict.severity, key=lambda s: s.rank)
+            old.until = None if old.until is None or until is None else max(old.until, until)
+            old.message, old.count = msg, old.count + 1
+        else:
+            self.active[(subject, verdict.reason)] = Active(verdict.severity, msg, verdict.action, until)
+        return True
+
+    def _duplicate(self, ev: Event, xid: int) -> bool:
+        now = self.clock()
+        while self.recent and now - self.recent[0].seen_at > self.window:
+            self.recent.popleft()
+        token = "kmsg-fallen" if ev.kind == KIND_FALLEN_OFF_BUS else ev.source
+        if not ev.backlog and ev.pci:
+            for r in self.recent:
+                if r.pci == ev.pci and r.xid == xid and token not in r.tokens:
+                    r.tokens.add(token)
+                    return True
+            self.recent.append(_Recent(ev.pci, xid, now, {token}))
+        return False
+
+    def _driver_loaded(self) -> bool:
+        # A driver (re)load resets every GPU: what needed a GPU reset is done.
+        gone = [k for k, a in self.active.items() if a.action == "reset_gpu"]
+        for k in gone:
+            del self.active[k]
+        return bool(gone)
+
+    def expire(self) -> bool:
+        now = self.clock()
+        gone = [k for k, a in self.active.items() if a.until is not None and a.until <= now]
+        for k in gone:
+            del self.active[k]
+        if self.coverage_message and self.coverage_until <= now:
+            self.coverage_message = ""
+            return True
+        return bool(gone)
+
+    # ------------------------------------------------------------ output
+
+    def findings(self) -> list[Finding]:
+        out = [
+            Finding(CHECK, subject, reason, a.severity, a.message + (f" [{a.count} events]" if a.count > 1 else ""))
+            for (subject, reason), a in sorted(self.active.items())
+        ]
+        if self.coverage_message:
+            out.append(Finding(CHECK, "kmsg", "KmsgCoverageLost", Severity.WARNING, self.coverage_message, unknown=True))
+        return out
+
+    def samples(self) -> list[Sample]:
+        out = [Sample("node_health_gpu_xid_errors_total", n, (("gpu", g), ("xid", x))) for (g, x), n in sorted(self.counts.items())]
+        out += [Sample("node_health_gpu_xid_source_events_total", n, (("source", s),)) for s, n in sorted(self.source_events.items())]
+        out.append(Sample("node_health_kmsg_records_read_total", self.records_read))
+        out.append(Sample("node_health_kmsg_records_lost_total", self.lost))
+        out.append(Sample("node_health_kmsg_gaps_total", self.gaps))
+        return out
+
+    # ------------------------------------------------------------ persistence
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "cursor": self.cursor,
+            "active": [[s, r, a.severity.value, a.message, a.action, a.until, a.count] for (s, r), a in self.active.items()],
+            "counts": [[g, x, n] for (g, x), n in self.counts.items()],
+            "lost": self.lost,
+            "gaps": self.gaps,
+            "coverage": [self.coverage_until, self.coverage_message],
+        }
+
+    def load_json(self, data: Mapping[str, Any]) -> None:
+        self.cursor = data.get("cursor")
+        for s, r, sev, msg, action, until, count in data.get("active", []):
+            self.active[(s, r)] = Active(Severity(sev), msg, action, until, count)
+        self.counts = {(g, x): n for g, x, n in data.get("counts", [])}
+        self.lost, self.gaps = data.get("lost", 0), data.get("gaps", 0)
+        self.coverage_until, self.coverage_message = data.get("coverage", [0.0, ""])

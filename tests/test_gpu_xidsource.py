@@ -1,0 +1,189 @@
+"""The Xid source running: a followed kernel log (a file of /dev/kmsg records)
+and NVML events from the fake library, deduplicated into one stream; restarts
+and reboots; the one-shot scan of `agent selftest`."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+from fakenvml import h100
+from fakenvml.fixtures import *  # noqa: F403 - fixtures
+
+from agent.checks.gpu import GpuCheck
+from agent.findings import Finding, Sample, Severity
+from agent.gpu.xidsource import XidSource
+
+XID79 = "NVRM: Xid (PCI:0000:18:00): 79, pid=2231, name=python3, GPU has fallen off the bus."
+XID13 = "NVRM: Xid (PCI:0000:18:00): 13, pid=2231, name=python3, Graphics SM Warp Exception on (GPC 0, TPC 1, SM 0): Out Of Range Address"
+
+
+class Collector:
+    def __init__(self) -> None:
+        self.cv = threading.Condition()
+        self.findings: list[Finding] = []
+        self.samples: list[Sample] = []
+        self.emits = 0
+
+    def __call__(self, findings, samples) -> None:  # type: ignore[no-untyped-def]
+        with self.cv:
+            self.findings, self.samples = list(findings), list(samples)
+            self.emits += 1
+            self.cv.notify_all()
+
+    def wait(self, pred: Callable[[Collector], bool], timeout: float = 15.0) -> None:
+        with self.cv:
+            assert self.cv.wait_for(lambda: pred(self), timeout), (self.findings, self.samples)
+
+    def active(self) -> dict[tuple[str, str], Severity]:
+        return {(f.subject, f.reason): f.severity for f in self.findings}
+
+    def value(self, name: str, **labels: str) -> float | None:
+        for s in self.samples:
+            if s.name == name and all(dict(s.labels).get(k) == v for k, v in labels.items()):
+                return s.value
+        return None
+
+
+class Log:
+    """A file of /dev/kmsg records, appended as the kernel would."""
+
+    def __init__(self, path: str) -> None:
+        self.path, self.seq = path, 0
+        open(path, "w").close()
+
+    def add(self, message: str, seq: int | None = None) -> None:
+        self.seq = self.seq if seq is None else seq
+        with open(self.path, "a") as fh:
+            fh.write(f"4,{self.seq},{int(time.monotonic() * 1e6)},-;{message}\n SUBSYSTEM=pci\n")
+        self.seq += 1
+
+
+@pytest.fixture
+def log(tmp_path) -> Log:
+    return Log(str(tmp_path / "kmsg"))
+
+
+@pytest.fixture
+def start(gpu_context, host, log: Log) -> Iterator[Callable[..., tuple[XidSource, Collector]]]:
+    host.add_gpu("0000:18:00")
+    host.add_gpu("0000:28:00")
+    running: list[XidSource] = []
+
+    def make(kmsg: str | None = None) -> tuple[XidSource, Collector]:
+        ctx, cfg = gpu_context(f'kmsg_path = "{kmsg or log.path}"\n')
+        src, out = XidSource(ctx, cfg), Collector()
+        src.start(out)
+        running.append(src)
+        return src, out
+
+    yield make
+    for src in running:
+        src.stop()
+
+
+def nvml_ready(out: Collector) -> bool:
+    return out.value("node_health_nvml_events_up") == 1
+
+
+def test_xid_line_in_the_followed_log_is_a_critical_finding(start, scenario, log: Log) -> None:
+    scenario.set([h100(0), h100(1)])
+    _, out = start()
+    log.add("usb 1-1: new high-speed USB device number 2 using xhci_hcd")
+    log.add(XID79)
+    out.wait(lambda o: ("gpu0", "Xid79") in o.active())
+    assert out.active()[("gpu0", "Xid79")] is Severity.CRITICAL
+    assert out.value("node_health_gpu_xid_errors_total", gpu="0", xid="79") == 1
+    out.wait(lambda o: o.value("node_health_kmsg_records_read_total") == 2)
+
+
+def test_nvml_xid_79_event_is_a_critical_finding(start, scenario) -> None:
+    scenario.set([h100(0), h100(1)])
+    _, out = start()
+    out.wait(nvml_ready)
+    scenario.xid(1, 79)
+    out.wait(lambda o: ("gpu1", "Xid79") in o.active())
+    assert out.value("node_health_gpu_xid_source_events_total", source="nvml") == 1
+
+
+def test_xid_from_both_sources_is_one_finding(start, scenario, log: Log) -> None:
+    scenario.set([h100(0), h100(1)])
+    _, out = start()
+    out.wait(nvml_ready)
+    scenario.xid(0, 79)
+    log.add(XID79)
+    out.wait(lambda o: o.value("node_health_gpu_xid_source_events_total", source="kmsg") == 1
+             and o.value("node_health_gpu_xid_source_events_total", source="nvml") == 1)
+    assert [f.reason for f in out.findings] == ["Xid79"]
+    assert out.value("node_health_gpu_xid_errors_total", gpu="0", xid="79") == 1
+
+
+def test_restart_resumes_without_refiring(start, scenario, log: Log) -> None:
+    scenario.set([])
+    src, out = start()
+    log.add(XID79)
+    log.add(XID13)
+    out.wait(lambda o: o.value("node_health_gpu_xid_errors_total", gpu="0", xid="13") == 1)
+    src.stop()
+    _, out2 = start()  # the same boot, the same log: nothing is new
+    out2.wait(lambda o: o.emits >= 1)
+    time.sleep(0.5)
+    assert out2.value("node_health_gpu_xid_errors_total", gpu="0", xid="79") == 1
+    assert out2.active()[("gpu0", "Xid79")] is Severity.CRITICAL  # still active: it needs a reboot
+    assert out2.value("node_health_gpu_xid_source_events_total", source="kmsg") == 0
+    log.add(XID79)  # a new one after the restart is counted
+    out2.wait(lambda o: o.value("node_health_gpu_xid_errors_total", gpu="0", xid="79") == 2)
+
+
+def test_reboot_starts_afresh(start, scenario, log: Log, host) -> None:
+    scenario.set([])
+    src, out = start()
+    log.add(XID79)
+    out.wait(lambda o: ("gpu0", "Xid79") in o.active())
+    src.stop()
+    host.reboot()
+    open(log.path, "w").close()
+    log.seq = 0
+    log.add("Linux version 6.1.0")
+    _, out2 = start()
+    out2.wait(lambda o: o.value("node_health_kmsg_records_read_total") == 1)
+    assert out2.active() == {}
+    assert out2.value("node_health_gpu_xid_errors_total", gpu="0", xid="79") is None
+
+
+def test_sequence_gap_is_reported_as_lost_coverage(start, scenario, log: Log) -> None:
+    scenario.set([])
+    _, out = start()
+    log.add("first")
+    log.add("after a wrap", seq=40)
+    out.wait(lambda o: ("kmsg", "KmsgCoverageLost") in o.active())
+    assert out.value("node_health_kmsg_records_lost_total") == 39
+    assert out.value("node_health_kmsg_gaps_total") == 1
+
+
+def test_nvml_events_not_supported_is_info_and_kmsg_still_works(start, scenario, log: Log) -> None:
+    scenario.set([h100(0)], events=3)
+    _, out = start()
+    out.wait(lambda o: ("nvml-events", "NvmlEventsUnsupported") in o.active())
+    log.add(XID79)
+    out.wait(lambda o: ("gpu0", "Xid79") in o.active())
+
+
+def test_unreadable_kernel_log_is_unknown(start, scenario, tmp_path) -> None:
+    scenario.set([])
+    _, out = start(f"{tmp_path}/absent")
+    out.wait(lambda o: ("kmsg", "KmsgUnavailable") in o.active())
+    assert all(f.unknown for f in out.findings)
+
+
+def test_selftest_scans_the_current_boot_once(gpu_context, scenario, host, log: Log) -> None:
+    host.add_gpu("0000:18:00")
+    scenario.set([h100(0)])
+    log.add(XID13)
+    log.add(XID79)
+    ctx, cfg = gpu_context(f'kmsg_path = "{log.path}"\n')
+    obs = GpuCheck(ctx, cfg).run()
+    assert {(f.subject, f.reason) for f in obs.findings} == {("gpu0", "Xid79"), ("gpu0", "Xid13")}
+    assert "2 kernel log records" in obs.subjects["kmsg"]

@@ -1,0 +1,189 @@
+"""The Xid stream: deduplication across sources, how long findings stay, gaps,
+persistence. Pure logic with a test clock."""
+
+from __future__ import annotations
+
+import pytest
+
+from agent.findings import Severity
+from agent.gpu.xids import catalog, classify
+from agent.gpu.xidstream import Event, XidStream
+from agent.parsers.xid import KIND_DRIVER_LOADED, KIND_FALLEN_OFF_BUS, KIND_SXID, KIND_XID
+
+PCI = "0000:3b:00"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def stream(clock: Clock, overrides: dict[int, Severity] | None = None) -> XidStream:
+    return XidStream(
+        dedupe_window=10, app_hold=300, coverage_hold=3600, overrides=overrides or {},
+        subject_of=lambda pci, kind: ({PCI: ("gpu3", "3")}.get(pci, (f"pci-{pci}", "unknown"))), clock=clock,
+    )
+
+
+def ev(clock: Clock, source: str, xid: int, kind: int = KIND_XID, pci: str = PCI, backlog: bool = False, msg: str = "m") -> Event:
+    return Event(source, kind, xid, pci, msg, clock(), backlog)
+
+
+def active(s: XidStream) -> dict[tuple[str, str], Severity]:
+    return {(f.subject, f.reason): f.severity for f in s.findings()}
+
+
+def xid_count(s: XidStream, xid: str = "79") -> int:
+    return s.counts.get(("3", xid), 0)
+
+
+def test_one_xid_from_both_sources_is_one_finding_and_one_count() -> None:
+    c = Clock()
+    s = stream(c)
+    s.add(ev(c, "nvml", 79, msg="reported by NVML"))
+    c.now += 0.5
+    s.add(ev(c, "kmsg", 79, msg="GPU has fallen off the bus."))
+    assert active(s) == {("gpu3", "Xid79"): Severity.CRITICAL}
+    assert xid_count(s) == 1
+    assert "GPU has fallen off the bus." in s.findings()[0].message  # the kernel's words win
+    assert s.source_events == {"kmsg": 1, "nvml": 1}
+
+
+@pytest.mark.parametrize("order", [("kmsg", "nvml"), ("nvml", "kmsg")], ids=["kmsg first", "nvml first"])
+def test_sources_pair_off_one_to_one(order: tuple[str, str]) -> None:
+    c = Clock()
+    s = stream(c)
+    for src in [order[0]] * 3 + [order[1]] * 3:
+        s.add(ev(c, src, 13))
+    assert xid_count(s, "13") == 3
+
+
+def test_same_xid_outside_the_window_is_a_new_event() -> None:
+    c = Clock()
+    s = stream(c)
+    s.add(ev(c, "nvml", 79))
+    c.now += 11
+    s.add(ev(c, "kmsg", 79))
+    assert xid_count(s) == 2
+
+
+def test_fallen_off_bus_line_pairs_with_xid_79() -> None:
+    c = Clock()
+    s = stream(c)
+    s.add(ev(c, "kmsg", 79))
+    s.add(ev(c, "kmsg", 0, kind=KIND_FALLEN_OFF_BUS))
+    s.add(ev(c, "nvml", 79))
+    assert xid_count(s) == 1
+    assert active(s) == {("gpu3", "Xid79"): Severity.CRITICAL}
+
+
+def test_backlog_never_pairs_with_live_events() -> None:
+    c = Clock()
+    s = stream(c)
+    s.add(ev(c, "kmsg", 79, backlog=True))
+    s.add(ev(c, "nvml", 79))
+    assert xid_count(s) == 2
+
+
+def test_application_xid_expires_after_its_hold_sticky_one_stays() -> None:
+    c = Clock()
+    s = stream(c)
+    s.add(ev(c, "kmsg", 13))
+    s.add(ev(c, "kmsg", 95))
+    assert active(s) == {("gpu3", "Xid13"): Severity.INFO, ("gpu3", "Xid95"): Severity.CRITICAL}
+    c.now += 301
+    assert s.expire()
+    assert active(s) == {("gpu3", "Xid95"): Severity.CRITICAL}
+    assert xid_count(s, "13") == 1  # counted for good
+
+
+def test_old_application_xid_in_the_backlog_is_counted_not_shown() -> None:
+    c = Clock()
+    s = stream(c)
+    s.add(Event("kmsg", KIND_XID, 13, PCI, "m", c.now - 3600, backlog=True))
+    assert active(s) == {} and xid_count(s, "13") == 1
+
+
+def test_driver_reload_ends_reset_gpu_findings_not_reboot_ones() -> None:
+    c = Clock()
+    s = stream(c)
+    s.add(ev(c, "kmsg", 119))
+    s.add(ev(c, "kmsg", 79))
+    assert s.add(ev(c, "kmsg", 0, kind=KIND_DRIVER_LOADED, pci=""))
+    assert active(s) == {("gpu3", "Xid79"): Severity.CRITICAL}
+
+
+@pytest.mark.parametrize(
+    ("xid", "message", "severity"),
+    [
+        pytest.param(149, "NETIR_LINK_EVT Fatal XC0 i0 Link 00 (0x025001c6 0x0)", Severity.CRITICAL, id="149 fatal"),
+        pytest.param(144, "SAW_MVB Nonfatal XC0 i0 Link 0 (0x00000001 0x00000008)", Severity.WARNING, id="144 nonfatal"),
+        pytest.param(154, "GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot Required)", Severity.CRITICAL, id="154 to node reboot"),
+        pytest.param(154, "GPU recovery action changed from 0x1 (GPU Reset Required) to 0x0 (None)", Severity.INFO, id="154 back to none"),
+        pytest.param(45, "Ch 00000001 caused by previous Xid 149", Severity.INFO, id="45 follows another Xid"),
+        pytest.param(999, "an Xid from the future", Severity.WARNING, id="unknown Xid"),
+    ],
+)
+def test_severity_from_the_line(xid: int, message: str, severity: Severity) -> None:
+    v = classify(KIND_XID, xid, message)
+    assert v is not None and v.severity is severity
+
+
+def test_sxid_severity_follows_fatal() -> None:
+    assert classify(KIND_SXID, 12028, "Non-fatal, Link 32 egress").severity is Severity.WARNING  # type: ignore[union-attr]
+    assert classify(KIND_SXID, 10, "Fatal, Link 02 ingress").severity is Severity.CRITICAL  # type: ignore[union-attr]
+
+
+def test_operator_override_changes_severity() -> None:
+    c = Clock()
+    s = stream(c, {109: Severity.WARNING, 13: Severity.CRITICAL})
+    s.add(ev(c, "kmsg", 109))
+    s.add(ev(c, "kmsg", 13))
+    assert active(s) == {("gpu3", "Xid109"): Severity.WARNING, ("gpu3", "Xid13"): Severity.CRITICAL}
+
+
+def test_unknown_pci_and_unknown_xid_are_bounded_labels() -> None:
+    c = Clock()
+    s = stream(c)
+    s.add(ev(c, "kmsg", 999, pci="0000:99:00"))
+    assert s.counts == {("unknown", "other"): 1}
+    assert active(s) == {("pci-0000:99:00", "XidOther"): Severity.WARNING}
+
+
+def test_sequence_gap_is_lost_coverage() -> None:
+    c = Clock()
+    s = stream(c)
+    assert [s.record_seq(q) for q in (0, 1, 2, 7, 7, 3)] == [True, True, True, True, False, False]
+    assert (s.lost, s.gaps) == (4, 1)
+    [f] = s.findings()
+    assert (f.reason, f.unknown) == ("KmsgCoverageLost", True) and "seq 3..6" in f.message
+    c.now += 3601
+    assert s.expire() and s.findings() == []
+
+
+def test_first_record_after_a_wrapped_ring_is_lost_coverage() -> None:
+    c = Clock()
+    s = stream(c)
+    s.record_seq(5000)
+    assert s.lost == 5000
+
+
+def test_state_round_trip() -> None:
+    c = Clock()
+    s = stream(c)
+    s.record_seq(0)
+    s.record_seq(41)
+    s.add(ev(c, "kmsg", 79))
+    s.add(ev(c, "kmsg", 13))
+    t = stream(c)
+    t.load_json(s.to_json())
+    assert (t.cursor, t.lost, t.counts, t.findings()) == (s.cursor, s.lost, s.counts, s.findings())
+
+
+def test_every_special_xid_is_in_the_catalog() -> None:
+    from agent.gpu.xids import SPECIAL_XIDS
+
+    assert SPECIAL_XIDS <= set(catalog())
