@@ -72,7 +72,8 @@ class Scheduler:
         known = {}
         for name, e in entries.items():
             known_fn = getattr(e.check, "known_findings", None)
-            known[name] = tuple(known_fn()) if known_fn else ()
+            own = ((name, "CheckFailed"), (name, "CheckTimeout"))  # what the scheduler itself can report
+            known[name] = own + (tuple(known_fn()) if known_fn else ())
         self._store.set_checks(entries, known)
 
     def call_soon(self, fn: Callable[[], None]) -> None:

@@ -123,12 +123,24 @@ class Agent:
     def logs(self) -> str:
         return self.log_path.read_text(errors="replace")
 
+    def agent_pid(self) -> int:
+        """The agent's own pid: below a wrapper such as `nsenter --pid`, which forks."""
+        pid = self.proc.pid
+        while True:
+            try:
+                children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+            except OSError:
+                return pid
+            if len(children) != 1:
+                return pid
+            pid = int(children[0])
+
     def signal(self, sig: int) -> None:
-        self.proc.send_signal(sig)
+        os.kill(self.agent_pid(), sig)
 
     def stop(self, timeout: float = 10.0) -> int:
         if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
+            self.signal(signal.SIGTERM)
             try:
                 self.proc.wait(timeout)
             except subprocess.TimeoutExpired:

@@ -92,3 +92,46 @@ def test_second_agent_on_the_same_state_dir_is_refused(tmp_path: Path) -> None:
         assert "another agent holds its lock" in second.logs()
     finally:
         first.stop()
+
+
+@pytest.mark.privileged
+def test_a_hung_check_yields_check_timeout_while_the_others_keep_running(tmp_path: Path, mount_ns) -> None:
+    """A disk check stuck in statfs on a dead (FUSE) mount: the whole run hangs past its
+    timeout (probe_timeout is longer on purpose), the network check goes on, /healthz stays up."""
+    from fuse_hang import FuseHangProcess
+
+    dead = tmp_path / "dead"
+    dead.mkdir()
+    fs = FuseHangProcess(str(dead), prefix=mount_ns.cmd([]))
+    cfg = f"""
+[checks.disk]
+interval = "1s"
+timeout = "2s"
+probe_timeout = "1h"
+paths = ["{dead}"]
+include_state_dir = false
+[checks.network]
+interval = "1s"
+"""
+    agent = Agent(tmp_path, cfg, wrap=mount_ns.cmd([]))
+    try:
+        agent.wait_ready()
+        wait_for(lambda: agent.value("node_health_check_stuck", check="disk") == 1, what="disk stuck")
+        assert agent.value("node_health_finding", check="disk", subject="disk", reason="CheckTimeout") == 1
+        assert agent.value("node_health_check_success", check="disk") == 0
+        runs = agent.value("node_health_check_runs_total", check="network") or 0
+        wait_for(lambda: (agent.value("node_health_check_runs_total", check="network") or 0) >= runs + 2,
+                 what="network keeps running")
+        wait_for(lambda: (agent.value("node_health_check_skipped_total", check="disk") or 0) >= 1,
+                 what="a due run skipped while stuck")
+        assert fs.hung_count("statfs") == 1, "the stuck check was not started again"
+        assert agent.get("/healthz")[0] == 200
+        fs.release(heal=True)  # the mount answers again: the stuck run returns
+        wait_for(lambda: agent.value("node_health_check_stuck", check="disk") == 0, what="disk unstuck")
+        wait_for(lambda: agent.value("node_health_finding", check="disk", subject="disk", reason="CheckTimeout") == 0,
+                 what="CheckTimeout cleared")
+    finally:
+        fs.close()  # a held FUSE request would keep the agent from exiting
+        t0 = time.monotonic()
+        code = agent.stop()
+    assert code == 0 and time.monotonic() - t0 < 5
