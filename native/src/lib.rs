@@ -9,5 +9,6 @@ pub mod ffi;
 pub mod text;
 
 pub mod diskstats;
+pub mod iptsave;
 pub mod mountinfo;
 pub mod netdev;
