@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 CHECK_MODULES: tuple[str, ...] = (
     "agent.checks.disk",
     "agent.checks.network",
+    "agent.checks.traffic",
 )
 
 
@@ -49,6 +50,7 @@ class CheckContext:
     paths: HostPaths
     state_dir: str
     config: Config
+    dry_run: bool = False  # look, but change nothing on the node (`agent run --dry-run`, `agent selftest`)
 
 
 @dataclass(frozen=True, slots=True)
