@@ -6,12 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from conftest import skip_or_fail
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agent import native
 from agent.parsers import iptsave
-from conftest import skip_or_fail
 
 FIXTURES = Path(__file__).parent / "fixtures" / "iptables"
 REAL = sorted(FIXTURES.glob("*.txt"))
@@ -46,7 +46,7 @@ def test_real_dump_selects_ours_with_counters(backend: str) -> None:
     count_out = [r for r in rules if r.comment.startswith("node-health-agent:internet-out:count:")]
     assert len(count_out) == 1 and count_out[0].bytes > 500_000 and count_out[0].packets > 0
     udp = [r for r in rules if r.chain == "INPUT" and "-p udp" in r.rule]
-    assert len(udp) == 1 and udp[0].index == 3  # the hand-added duplicate, after the foreign ssh rule
+    assert len(udp) == 1 and udp[0].position == 3  # the hand-added duplicate, after the foreign ssh rule
 
 
 def test_mangle_without_counters() -> None:
@@ -97,7 +97,7 @@ def test_mangle_without_counters() -> None:
 )
 def test_rule_lines(line: str, expected: tuple | None) -> None:
     recs = twin(f"*mangle\n{line}\nCOMMIT\n".encode())
-    got = [(r.kind, r.index, r.packets, r.bytes, r.chain, r.comment) for r in recs]
+    got = [(r.kind, r.position, r.packets, r.bytes, r.chain, r.comment) for r in recs]
     assert got == ([] if expected is None else [expected])
 
 
@@ -113,7 +113,7 @@ COMMIT
 COMMIT
 """
     recs = twin(dump)
-    assert [(r.table, r.chain, r.index) for r in recs] == [
+    assert [(r.table, r.chain, r.position) for r in recs] == [
         ("mangle", "NODE-HEALTH-INTERNET-IN", 0),
         ("mangle", "INPUT", 2),
         ("mangle", "OUTPUT", 1),
@@ -130,13 +130,13 @@ _FRAGMENTS = [
 _LINES = st.lists(st.sampled_from(_FRAGMENTS), max_size=24).map(b"".join)
 
 
-@settings(max_examples=1500, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=600, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(_LINES, max_size=10).map(b"\n".join))
 def test_generated_dumps_agree(native_parse, data: bytes) -> None:
     assert native_parse(data) == twin(data)
 
 
-@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow])
 @given(st.binary(max_size=2000))
 def test_arbitrary_bytes_agree(native_parse, data: bytes) -> None:
     assert native_parse(data) == twin(data)

@@ -13,7 +13,7 @@ from agent import config
 def check(tmp_path, text: str) -> subprocess.CompletedProcess[str]:
     path = tmp_path / "agent.toml"
     path.write_text(text)
-    return subprocess.run([sys.executable, "-m", "agent", "config", "check", str(path)], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "agent", "config", "check", str(path)], check=False, capture_output=True,
                           text=True, timeout=60)
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from conftest import require_tool
 from traffic_lab import Lab, lab, send
 

@@ -7,9 +7,8 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from conftest import require_tool
-from traffic_lab import Agent, Lab, lab, metric, send
+from traffic_lab import Agent, lab, metric, send
 
 pytestmark = [pytest.mark.privileged, pytest.mark.slow]
 
@@ -86,18 +85,21 @@ def test_restart_does_not_reset_the_counter(running, recreate: bool) -> None:
     assert metric(first, "node_health_traffic_rules_repaired_total", family="ipv4") == 0
 
 
-def test_dry_run_and_selftest_change_nothing(tmp_path) -> None:
-    require_tool("iptables-nft")
+@pytest.mark.parametrize("backend", ["legacy", "nft"])
+def test_dry_run_and_selftest_change_nothing(tmp_path, backend: str) -> None:
+    require_tool(f"iptables-{backend}")
+    cfg = tmp_path / "agent.toml"
+    cfg.write_text(f'[checks.traffic]\nbackend = "{backend}"\n')
     with lab() as L:
-        res = L.node.agent("selftest", "--only", "traffic", "--json", check=False)
+        res = L.node.agent("selftest", "--only", "traffic", "--json", "--config", str(cfg), check=False)
         report = json.loads(res.stdout)
         assert [f["reason"] for f in report["findings"]] == ["TrafficRulesNotInPlace"]
         assert report["findings"][0]["message"].startswith("dry run")
-        cfg = tmp_path / "agent.toml"
-        cfg.write_text('[checks.traffic]\nbackend = "nft"\n')
         L.node.agent("run", "--once", "--dry-run", "--config", str(cfg), "--state-dir", str(tmp_path / "s"))
-        assert json.loads(L.node.agent("rules", "show", "--json").stdout)["rules"] == []
+        assert json.loads(L.node.agent("rules", "show", "--json", "--backend", backend).stdout)["rules"] == []
         assert not (tmp_path / "s" / "traffic.json").exists()
+        # not even an empty table: legacy creates one when it is named (iptables-save -t mangle)
+        assert L.node.save("legacy").strip() == ""
 
 
 def test_without_net_admin_the_agent_runs_on(tmp_path) -> None:

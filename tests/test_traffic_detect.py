@@ -6,7 +6,6 @@ from __future__ import annotations
 import sys
 
 import pytest
-
 from conftest import require_tool
 from traffic_lab import Netns, namespaces
 

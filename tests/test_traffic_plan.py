@@ -72,23 +72,23 @@ def test_empty_table_gets_everything() -> None:
         pytest.param(f"[0:0] -A {OUT} -o lo -m comment --comment \"{C}internet-out:loopback\" -j RETURN\n"
                      f"[0:0] -A {OUT} -d 10.0.0.0/8", f"[0:0] -A {OUT} -d 10.0.0.0/8", [OUT], [], [],
                      id="rule removed from our chain"),
-        pytest.param(f"[0:0] -A INPUT -p tcp", f'[0:0] -A INPUT -m comment --comment "{C}internet-in:jump" -j {IN}\n'
+        pytest.param("[0:0] -A INPUT -p tcp", f'[0:0] -A INPUT -m comment --comment "{C}internet-in:jump" -j {IN}\n'
                      f"[0:0] -A INPUT -p tcp", [], [("INPUT", 3)], [], id="duplicate jump"),
         pytest.param(f'-A INPUT -m comment --comment "{C}internet-in:jump" -j {IN}',
                      f'-A INPUT -p udp -m comment --comment "{C}internet-in:jump" -j {IN}', [], [("INPUT", 2)],
                      [("INPUT", IN)], id="jump altered"),
         pytest.param("COMMIT", f'[0:0] -A PREROUTING -m comment --comment "{C}internet-in:jump" -j {IN}\nCOMMIT',
                      [], [("PREROUTING", 1)], [], id="ours in a chain where it does not belong"),
-        pytest.param(f"internet-in:count:0badcafe", "internet-in:count:deadbeef", [], [], [],
+        pytest.param("internet-in:count:0badcafe", "internet-in:count:deadbeef", [], [], [],
                      id="chains rebuilt at different times"),
-        pytest.param(f"internet-in:count:0badcafe", "internet-in:count:nothex", [IN], [], [],
+        pytest.param("internet-in:count:0badcafe", "internet-in:count:nothex", [IN], [], [],
                      id="count rule with a foreign suffix"),
     ],
 )
 def test_drift(old: str, new: str, rebuild: list, delete: list, insert: list) -> None:
     plan = plan_ensure(V4, current(edit(GOOD, old, new)), "12345678")
     assert [c for c, _ in plan.rebuild] == rebuild
-    assert [(d.chain, d.index) for d in plan.delete] == delete
+    assert [(d.chain, d.position) for d in plan.delete] == delete
     assert [(c, s.target) for c, s in plan.insert] == insert
     assert bool(plan) == bool(rebuild or delete or insert)
 
@@ -102,7 +102,7 @@ def test_jump_below_foreign_rules_is_not_drift() -> None:
 
 def test_remove_takes_ours_only() -> None:
     plan = plan_remove(current(GOOD))
-    assert [(d.chain, d.index) for d in plan.delete] == [("FORWARD", 1), ("FORWARD", 2), ("INPUT", 2), ("OUTPUT", 1)]
+    assert [(d.chain, d.position) for d in plan.delete] == [("FORWARD", 1), ("FORWARD", 2), ("INPUT", 2), ("OUTPUT", 1)]
     assert plan.drop == (IN, OUT) and not plan.rebuild and not plan.insert
     batch = restore_batch(plan)
     assert "--dport 22" not in batch and ":INPUT" not in batch  # never a built-in chain's policy line

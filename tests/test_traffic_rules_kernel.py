@@ -8,7 +8,6 @@ import re
 import sys
 
 import pytest
-
 from conftest import require_tool
 from traffic_lab import FOREIGN, OUR_LINE, Netns, namespaces, without_ours
 

@@ -25,7 +25,7 @@ KIND_CHAIN, KIND_RULE, KIND_RULE_NO_COUNTERS = 0, 1, 2
 
 class IptRecord(NamedTuple):
     kind: int
-    index: int
+    position: int
     packets: int
     bytes: int
     table: str
@@ -36,8 +36,8 @@ class IptRecord(NamedTuple):
 
 # One token at a time: an unquoted run that may open a quote (the closing quote
 # ends the token), or a plain unquoted run. Matched with .match at a position.
-_TOKEN = re.compile(rb'[ \t]*(?:([^ \t"]*)"((?:[^"\\]|\\.)*)"|([^ \t"]+))', re.S)
-_ESCAPE = re.compile(rb"\\(.)", re.S)
+_TOKEN = re.compile(rb'[ \t]*(?:([^ \t"]*)"((?:[^"\\]|\\.)*)"|([^ \t"]+))', re.DOTALL)
+_ESCAPE = re.compile(rb"\\(.)", re.DOTALL)
 _SEPARATORS = b" \t"
 
 
@@ -107,7 +107,7 @@ class _Parser:
         self.out: list[IptRecord] = []
         self.table = b""
         self.prev_chain: bytes | None = None
-        self.index = 0
+        self.position = 0
 
     def line(self, line: bytes) -> None:
         it = tokens(line)
@@ -142,7 +142,7 @@ class _Parser:
         if chain_tok is None:
             return
         chain, pos = chain_tok
-        self.index = self.index + 1 if chain == self.prev_chain else 1
+        self.position = self.position + 1 if chain == self.prev_chain else 1
         self.prev_chain = chain
         ours = chain.startswith(CHAIN_PREFIX)
         if not ours and not _maybe_ours(line):
@@ -151,7 +151,7 @@ class _Parser:
         rest = _rest(line, pos)
         if (ours or comment.startswith(COMMENT_PREFIX)) and not _has_nul(self.table, chain, comment, rest):
             rec = (decode(self.table), decode(chain), decode(comment), decode(rest))
-            self.out.append(IptRecord(kind, self.index, *ctr, *rec))
+            self.out.append(IptRecord(kind, self.position, *ctr, *rec))
 
 
 def parse(data: bytes) -> list[IptRecord]:

@@ -27,7 +27,7 @@ from .tools import TrafficError, run, tool
 log = logging.getLogger(__name__)
 
 Backend = LegacyBackend | NftBackend
-_HINT = re.compile(rb"^:(KUBE-IPTABLES-HINT|KUBE-KUBELET-CANARY)", re.M)
+_HINT = re.compile(rb"^:(KUBE-IPTABLES-HINT|KUBE-KUBELET-CANARY)", re.MULTILINE)
 
 
 def backend_named(name: str) -> Backend:

@@ -184,7 +184,7 @@ class _Change:
                 self.table.create_chain(chain)
             for spec in specs:
                 self.iptc.Chain(self.table, chain).append_rule(self.rule(spec))
-        for doomed in sorted(plan.delete, key=lambda d: (d.chain, -d.index)):
+        for doomed in sorted(plan.delete, key=lambda d: (d.chain, -d.position)):
             self.delete(doomed)
         for chain, spec in reversed(plan.insert):
             self.iptc.Chain(self.table, chain).insert_rule(self.rule(spec), 0)
@@ -209,12 +209,12 @@ class _Change:
     def delete(self, doomed: Doomed) -> None:
         """Delete rule #index of the chain, after checking that it is still ours."""
         entry = self.table.first_rule(doomed.chain)
-        for _ in range(doomed.index - 1):
+        for _ in range(doomed.position - 1):
             entry = self.table.next_rule(entry) if entry else None
         if not entry:
-            raise TrafficError(f"{doomed.chain} #{doomed.index} is gone (the ruleset changed under the lock)")
+            raise TrafficError(f"{doomed.chain} #{doomed.position} is gone (the ruleset changed under the lock)")
         chain = self.iptc.Chain(self.table, doomed.chain)
         rule = self.table.create_rule(entry, chain)
         if not any(m.name == "comment" and str(m.comment).startswith(COMMENT_PREFIX) for m in rule.matches):
-            raise TrafficError(f"{doomed.chain} #{doomed.index} is not ours any more (the ruleset changed under the lock)")
+            raise TrafficError(f"{doomed.chain} #{doomed.position} is not ours any more (the ruleset changed under the lock)")
         chain.delete_rule(rule)

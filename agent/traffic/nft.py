@@ -56,7 +56,7 @@ def restore_batch(plan: Plan) -> str:
     for chain, specs in plan.rebuild:
         lines.append(f":{chain} - [0:0]")
         lines += [f"-A {chain} {s.restore_text()}" for s in specs]
-    for d in sorted(plan.delete, key=lambda d: (d.chain, -d.index)):
+    for d in sorted(plan.delete, key=lambda d: (d.chain, -d.position)):
         lines.append(f"-D {d.chain} {d.rule}")
     for chain, spec in reversed(plan.insert):
         lines.append(f"-I {chain} 1 {spec.restore_text()}")

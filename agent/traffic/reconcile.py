@@ -44,17 +44,18 @@ def reconcile(backend: Backend, family: str, want: Desired | None, *, mutate: bo
     """Make `family` hold exactly `want` (nothing of ours when None); with
     `mutate` False only report. Raises TrafficError."""
     gen = new_generation()
-    # Without rules to install, do not make legacy create a mangle table to look into.
-    cur = read(backend, family, existing_only=want is None)
+    # Unless rules are to be installed, do not make legacy create a mangle table to look into.
+    existing_only = want is None or not mutate
+    cur = read(backend, family, existing_only)
     found = plan_for(want, cur, gen)
     if not found or not mutate:
         return Outcome(family, cur, cur, found, None, found)
     with backend.locked():
-        fresh = read(backend, family, existing_only=want is None)
+        fresh = read(backend, family, existing_only)
         plan = plan_for(want, fresh, gen)
         if plan:
             backend.apply(family, plan)
-    after = read(backend, family, existing_only=want is None)
+    after = read(backend, family, existing_only)
     return Outcome(family, cur, after, found, plan or None, plan_for(want, after, gen))
 
 

@@ -204,7 +204,7 @@ class Doomed:
     """A rule of ours to delete: where it is and how it was printed."""
 
     chain: str
-    index: int  # 1-based, as in the dump the plan was made from
+    position: int  # 1-based, as in the dump the plan was made from
     rule: str
 
 
@@ -243,8 +243,8 @@ def plan_ensure(want: Desired, cur: Current, gen: str) -> Plan:
             spec = parse_spec(r.rule)
             hit = next((w for w in missing if spec is not None and w.same_as(spec)), None)
             if hit is None:
-                delete.append(Doomed(chain, r.index, r.rule))
-                notes.append(f"stray rule {chain} #{r.index}: {r.comment}")
+                delete.append(Doomed(chain, r.position, r.rule))
+                notes.append(f"stray rule {chain} #{r.position}: {r.comment}")
             else:
                 missing.remove(hit)
         insert += [(chain, s) for s in missing]
@@ -255,7 +255,7 @@ def plan_ensure(want: Desired, cur: Current, gen: str) -> Plan:
 def plan_remove(cur: Current) -> Plan:
     """Changes that leave nothing of ours: our rules in other chains, then our chains."""
     delete = tuple(
-        Doomed(chain, r.index, r.rule) for chain, recs in sorted(cur.rules.items()) if chain not in CHAINS.values()
+        Doomed(chain, r.position, r.rule) for chain, recs in sorted(cur.rules.items()) if chain not in CHAINS.values()
         for r in recs
     )
     drop = tuple(c for c in CHAINS.values() if c in cur.chains)
