@@ -30,7 +30,7 @@ def running(request, tmp_path):
     cfg = tmp_path / "agent.toml"
     cfg.write_text(
         '[agent]\nlog_format = "text"\n'
-        f'[checks.traffic]\ninterval = "{INTERVAL:g}s"\nbackend = "{request.param}"\n'
+        f'[checks.traffic]\nenabled = true\ninterval = "{INTERVAL:g}s"\nbackend = "{request.param}"\n'
     )
     with lab() as L:
         agent = Agent(L.node, cfg, tmp_path / "state", log=tmp_path / "agent.log")
@@ -89,7 +89,7 @@ def test_restart_does_not_reset_the_counter(running, recreate: bool) -> None:
 def test_dry_run_and_selftest_change_nothing(tmp_path, backend: str) -> None:
     require_tool(f"iptables-{backend}")
     cfg = tmp_path / "agent.toml"
-    cfg.write_text(f'[checks.traffic]\nbackend = "{backend}"\n')
+    cfg.write_text(f'[checks.traffic]\nenabled = true\nbackend = "{backend}"\n')
     with lab() as L:
         res = L.node.agent("selftest", "--only", "traffic", "--json", "--config", str(cfg), check=False)
         report = json.loads(res.stdout)
@@ -106,9 +106,9 @@ def test_without_net_admin_the_agent_runs_on(tmp_path) -> None:
     require_tool("setpriv")
     drop = ("setpriv", "--inh-caps=-all", "--bounding-set=-net_admin")
     cfg = tmp_path / "agent.toml"
-    cfg.write_text('[agent]\nlog_format = "text"\n[checks.traffic]\ninterval = "1s"\n')
+    cfg.write_text('[agent]\nlog_format = "text"\n[checks.traffic]\nenabled = true\ninterval = "1s"\n')
     with lab() as L:
-        report = json.loads(L.node.agent("selftest", "--json", check=False, prefix=drop).stdout)
+        report = json.loads(L.node.agent("selftest", "--json", "--config", str(cfg), check=False, prefix=drop).stdout)
         traffic = [f for f in report["findings"] if f["check"] == "traffic"]
         assert [(f["subject"], f["reason"], f["unknown"]) for f in traffic] == [
             ("iptables", "InsufficientPrivilege", True)

@@ -89,6 +89,7 @@ def _network(value: str) -> str | None:
 
 @dataclass(frozen=True)
 class TrafficConfig(CheckConfig):
+    enabled: bool = opt(False, "Run this check. Opt-in: it installs iptables rules of its own on the host.")
     interval: float = opt(
         15.0, "Time between reconciles: rules verified and repaired, counters read.", duration=True, min=1
     )

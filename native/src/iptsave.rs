@@ -23,7 +23,7 @@
 //! `[u64:u64]`, or whose next token is not `-A`, is skipped.
 //!
 //! Record: 4 numbers (kind: 0 chain declaration, 1 rule with counters, 2 rule
-//! without; index: the rule's 1-based position in its chain, counted over the
+//! without; position: the rule's 1-based position in its chain, counted over the
 //! run of consecutive rules of that chain since the last `*table` line, as
 //! `iptables -L --line-numbers` numbers them, 0 for a declaration; packets;
 //! bytes) and 4 strings (table; chain; comment, unquoted; and the rule's text
@@ -53,35 +53,41 @@ impl<'a> Tokens<'a> {
 
     /// Decodes the next token into `buf`; false at the end of the line.
     /// Afterwards `self.pos` is just past the byte that ended the token.
+    /// Runs of plain bytes are copied whole: this is the inner loop.
     fn next_into(&mut self, buf: &mut Vec<u8>) -> bool {
         buf.clear();
         let s = self.line;
-        let (mut quoted, mut escaped) = (false, false);
         let mut i = self.pos;
+        let mut quoted = false;
         while i < s.len() {
-            let c = s[i];
-            i += 1;
-            if quoted {
-                if escaped {
-                    buf.push(c);
-                    escaped = false;
-                } else if c == b'\\' {
-                    escaped = true;
-                } else if c == b'"' {
-                    self.pos = i;
-                    return true;
-                } else {
-                    buf.push(c);
-                }
-            } else if c == b'"' {
-                quoted = true;
-            } else if c == b' ' || c == b'\t' {
-                if !buf.is_empty() {
-                    self.pos = i;
+            let stop = |c: u8| if quoted { c == b'"' || c == b'\\' } else { c == b' ' || c == b'\t' || c == b'"' };
+            let j = s[i..].iter().position(|&c| stop(c)).map_or(s.len(), |k| i + k);
+            buf.extend_from_slice(&s[i..j]);
+            if j == s.len() {
+                break;
+            }
+            match (quoted, s[j]) {
+                (true, b'"') => {
+                    self.pos = j + 1;
                     return true;
                 }
-            } else {
-                buf.push(c);
+                (true, _) => {
+                    // a backslash: the next byte is taken as it is (a quote that
+                    // never closes drops it all at the end anyway)
+                    if let Some(&c) = s.get(j + 1) {
+                        buf.push(c);
+                    }
+                    i = j + 2;
+                }
+                (false, b'"') => {
+                    quoted = true;
+                    i = j + 1;
+                }
+                (false, _) if !buf.is_empty() => {
+                    self.pos = j + 1;
+                    return true;
+                }
+                (false, _) => i = j + 1,
             }
         }
         self.pos = s.len();
@@ -113,7 +119,7 @@ fn counters(tok: &[u8]) -> Option<(u64, u64)> {
 struct State {
     table: Vec<u8>,
     prev_chain: Option<Vec<u8>>,
-    index: u64,
+    position: u64,
     tok: Vec<u8>,
     chain: Vec<u8>,
     comment: Vec<u8>,
@@ -123,7 +129,7 @@ pub fn parse(input: &[u8], out: &mut Out) {
     let mut st = State {
         table: Vec::new(),
         prev_chain: None,
-        index: 0,
+        position: 0,
         tok: Vec::with_capacity(64),
         chain: Vec::with_capacity(64),
         comment: Vec::with_capacity(256),
@@ -184,20 +190,24 @@ fn rule(st: &mut State, toks: &mut Tokens, out: &mut Out) {
     if st.tok != b"-A" || !toks.next_into(&mut st.chain) {
         return;
     }
-    st.index = if st.prev_chain.as_deref() == Some(&st.chain[..]) { st.index + 1 } else { 1 };
+    st.position = if st.prev_chain.as_deref() == Some(&st.chain[..]) { st.position + 1 } else { 1 };
     if st.prev_chain.as_deref() != Some(&st.chain[..]) {
         st.prev_chain = Some(st.chain.clone());
     }
     let rest = toks.rest();
+    let in_our_chain = st.chain.starts_with(CHAIN_PREFIX);
+    if !in_our_chain && !may_hold_prefix(rest) {
+        return;
+    }
     find_comment(toks, &mut st.tok, &mut st.comment);
-    if !st.chain.starts_with(CHAIN_PREFIX) && !st.comment.starts_with(COMMENT_PREFIX) {
+    if !in_our_chain && !st.comment.starts_with(COMMENT_PREFIX) {
         return;
     }
     if has_nul(&[&st.table, &st.chain, &st.comment, rest]) {
         return;
     }
     out.num(kind);
-    out.num(st.index);
+    out.num(st.position);
     out.num(ctr.0);
     out.num(ctr.1);
     out.str(&st.table);
@@ -205,6 +215,31 @@ fn rule(st: &mut State, toks: &mut Tokens, out: &mut Out) {
     out.str(&st.comment);
     out.str(rest);
     out.end_record();
+}
+
+/// False only when no token of `s` can decode to something that contains
+/// `COMMENT_PREFIX`: a token is its bytes minus quotes and escaping
+/// backslashes, so look for the prefix with those skipped.
+fn may_hold_prefix(s: &[u8]) -> bool {
+    let p = COMMENT_PREFIX;
+    let mut from = 0;
+    while let Some(k) = s[from..].iter().position(|&c| c == p[0]) {
+        let start = from + k;
+        let (mut i, mut j) = (start + 1, 1);
+        while j < p.len() && i < s.len() {
+            match s[i] {
+                b'"' | b'\\' => {}
+                c if c == p[j] => j += 1,
+                _ => break,
+            }
+            i += 1;
+        }
+        if j == p.len() {
+            return true;
+        }
+        from = start + 1;
+    }
+    false
 }
 
 /// Strings travel NUL-terminated: a record with a NUL inside (never in real
