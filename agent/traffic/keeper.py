@@ -12,7 +12,16 @@ from .detect import Backend, resolve
 from .reconcile import Outcome, clear_strays, reconcile
 from .rules import DIRECTIONS, FAMILIES, Current, Desired, desired, generation
 from .tally import Tallies
-from .tools import CAP_NET_ADMIN, CAP_NET_RAW, NotPermitted, TrafficError, Unavailable, missing_caps, tool
+from .tools import (
+    CAP_NET_ADMIN,
+    CAP_NET_RAW,
+    NotPermitted,
+    TrafficError,
+    Unavailable,
+    forget_tools,
+    missing_caps,
+    tool,
+)
 
 if TYPE_CHECKING:
     from ..checks import CheckContext
@@ -37,6 +46,7 @@ class Keeper:
         self.in_place: dict[str, bool] = {}
         self.seen_in_place = {f: False for f in FAMILIES}
         self.errors: dict[str, str] = {}  # key -> last error logged, for "once per state change"
+        forget_tools()  # built at start and on every reload
 
     def known_findings(self) -> list[tuple[str, str]]:
         out = [(SUBJECT, r) for r in ("NotApplicable", "InsufficientPrivilege", "TrafficBackendUnavailable")]
@@ -62,8 +72,8 @@ class Keeper:
 
     def _prepare(self, b: ObservationBuilder) -> Backend | None:
         if missing_caps((CAP_NET_ADMIN,)):
-            b.finding(SUBJECT, "InsufficientPrivilege", "traffic accounting needs CAP_NET_ADMIN to read and keep its "
-                      "iptables rules (run as root or grant the capability); counters are held")
+            self._problem(b, SUBJECT, "InsufficientPrivilege", "traffic accounting needs CAP_NET_ADMIN to read and "
+                          "keep its iptables rules (run as root or grant the capability); counters are held")
             return None
         if not any(tool(m, "ipv4", "save") or tool(m, "ipv6", "save") for m in ("legacy", "nft")):
             b.finding(SUBJECT, "NotApplicable", "no iptables tools on this host: traffic is not counted")
@@ -74,12 +84,13 @@ class Keeper:
         backend = self.backend
         problem = next((p for f in self.wanted if (p := backend.missing(f))), None)
         if problem:
-            b.finding(SUBJECT, "TrafficBackendUnavailable", f"iptables-{backend.name} ({self.why}): {problem}")
+            self._problem(b, SUBJECT, "TrafficBackendUnavailable", f"iptables-{backend.name} ({self.why}): {problem}")
             return None
         if backend.needs_raw_socket and missing_caps((CAP_NET_RAW,)):
-            b.finding(SUBJECT, "InsufficientPrivilege", "iptables-legacy needs CAP_NET_RAW as well as CAP_NET_ADMIN "
-                      "(libiptc talks to the kernel over a raw socket); counters are held")
+            self._problem(b, SUBJECT, "InsufficientPrivilege", "iptables-legacy needs CAP_NET_RAW as well as "
+                          "CAP_NET_ADMIN (libiptc talks to the kernel over a raw socket); counters are held")
             return None
+        self._recovered(SUBJECT)
         if not self.strays_cleared:
             self._clear_strays(backend)
         b.subject(SUBJECT, f"iptables-{backend.name} ({self.why})")
@@ -91,6 +102,8 @@ class Keeper:
             log.warning("%s (this host uses iptables-%s)", line, backend.name)
         for line in failed:
             self._error("strays", line)
+        if not failed:
+            self._recovered("strays")
         self.strays_cleared = not failed
 
     # ------------------------------------------------------------ one family
@@ -100,27 +113,27 @@ class Keeper:
         try:
             out = reconcile(backend, family, self.wanted[family], mutate=not self.dry_run)
         except NotPermitted as exc:
-            b.finding(family, "InsufficientPrivilege", f"{exc}; counters are held")
+            self._problem(b, family, "InsufficientPrivilege", f"{exc}; counters are held")
             return
         except Unavailable as exc:
-            b.finding(family, "TrafficBackendUnavailable", f"{exc}; counters are held")
+            self._problem(b, family, "TrafficBackendUnavailable", f"{exc}; counters are held")
             return
         except TrafficError as exc:
-            self._error(family, f"traffic rules for {family}: {exc}")
-            b.finding(family, "TrafficRulesNotInPlace", f"{exc}; counters are held")
+            self._problem(b, family, "TrafficRulesNotInPlace", f"{exc}; counters are held")
             return
-        self.errors.pop(family, None)
         self._changed(backend, out)
         self._count(family, out.after)
         self.in_place[family] = out.in_place
         self.seen_in_place[family] |= out.in_place
         if out.in_place:
+            self._recovered(family)
             b.subject(family, self._detail(backend, family))
         elif self.dry_run:
             b.finding(family, "TrafficRulesNotInPlace", "dry run, would fix: " + "; ".join(out.found.notes),
                       severity=Severity.INFO)
         else:
-            b.finding(family, "TrafficRulesNotInPlace", "still wrong after a repair: " + "; ".join(out.remaining.notes))
+            self._problem(b, family, "TrafficRulesNotInPlace",
+                          "still wrong after a repair: " + "; ".join(out.remaining.notes))
 
     def _changed(self, backend: Backend, out: Outcome) -> None:
         if out.applied is None:
@@ -163,9 +176,18 @@ class Keeper:
         if self.backend is not None:
             b.sample("node_health_traffic_backend_info", 1, backend=self.backend.name)
 
+    def _problem(self, b: ObservationBuilder, subject: str, reason: str, message: str) -> None:
+        b.finding(subject, reason, message)
+        self._error(subject, f"traffic {subject} {reason}: {message}")
+
     def _error(self, key: str, message: str) -> None:
+        """Logged at ERROR when it first appears or changes, at DEBUG while it repeats."""
         (log.debug if self.errors.get(key) == message else log.error)("%s", message)
         self.errors[key] = message
+
+    def _recovered(self, key: str) -> None:
+        if self.errors.pop(key, None) is not None:
+            log.info("traffic %s: working again", key)
 
 
 def _human(n: int) -> str:

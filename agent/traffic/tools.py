@@ -56,6 +56,12 @@ def tool(mode: str, family: str, action: str) -> tuple[str, ...] | None:
     return None
 
 
+def forget_tools() -> None:
+    """Look the tools up again (a config reload after iptables was installed or upgraded)."""
+    tool.cache_clear()
+    _mode_of.cache_clear()
+
+
 @cache
 def _mode_of(path: str) -> str:
     """"nft" or "legacy" from ``--version`` (``iptables v1.8.9 (nf_tables)``); before 1.8 always legacy."""
