@@ -18,7 +18,7 @@ from typing import Any, NoReturn
 
 from . import __version__
 
-COMMAND_MODULES: tuple[str, ...] = ("agent.gpu.cli",)
+COMMAND_MODULES: tuple[str, ...] = ("agent.gpu.cli", "agent.traffic.cli")
 
 
 class UsageError(Exception):
@@ -123,7 +123,8 @@ def cmd_selftest(args: argparse.Namespace) -> int:
             raise UsageError(f"--only: unknown check \"{name}\"{_did_you_mean(name, registry())}")
     store = Store()
     sched = Scheduler(store)
-    sched.configure(build_checks(cfg, state_dir(cfg, explicit=False), args.only), immediate=True)
+    # A selftest looks and changes nothing (no rules installed, no state written).
+    sched.configure(build_checks(cfg, state_dir(cfg, explicit=False), args.only, dry_run=True), immediate=True)
     sched.run_once()
     return selftest.render(store.snapshot(), args.json)
 

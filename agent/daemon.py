@@ -72,7 +72,9 @@ class Daemon:
             "node-health-agent %s starting: node %s, parsers %s, config %s, state %s",
             __version__, node_name(self.cfg), native.describe(), self.cfg.source, self.state.path,
         )
-        self.scheduler.configure(build_checks(self.cfg, self.state.path), immediate=self.opts.once)
+        self.scheduler.configure(
+            build_checks(self.cfg, self.state.path, dry_run=self.opts.dry_run), immediate=self.opts.once
+        )
         if self.opts.once:
             return self._once()
         self._start_sources()
@@ -100,7 +102,7 @@ class Daemon:
         return 1 if worst is not None and worst.rank >= Severity.WARNING.rank else 0
 
     def _start_sources(self) -> None:
-        self.sources = build_sources(CheckContext(host_paths(self.cfg), self.state.path, self.cfg))
+        self.sources = build_sources(CheckContext(host_paths(self.cfg), self.state.path, self.cfg, self.opts.dry_run))
         known = {}
         for src in self.sources:
             check = src.name
@@ -164,7 +166,7 @@ class Daemon:
             return
         old, self.cfg = self.cfg, new
         logging.getLogger().setLevel(new.agent.log_level.upper())
-        self.scheduler.configure(build_checks(new, self.state.path))
+        self.scheduler.configure(build_checks(new, self.state.path, dry_run=self.opts.dry_run))
         self._stop_sources()
         self._start_sources()
         if new.metrics != old.metrics:

@@ -19,22 +19,26 @@ from functools import partial
 from typing import Any, Final, TypeVar
 
 from .parsers import diskstats as _diskstats
+from .parsers import iptsave as _iptsave
 from .parsers import mountinfo as _mountinfo
 from .parsers import netdev as _netdev
 from .parsers import xid as _xid
 from .parsers.diskstats import DiskStats
+from .parsers.iptsave import IptRecord
 from .parsers.mountinfo import MountInfo
 from .parsers.netdev import NetDevStats
 from .parsers.xid import XidRecord
 
 __all__ = [
     "DiskStats",
+    "IptRecord",
     "MountInfo",
     "NativeError",
     "NetDevStats",
     "IMPLEMENTATION",
     "describe",
     "parse_diskstats",
+    "parse_iptables_save",
     "parse_mountinfo",
     "parse_net_dev",
     "parse_xid",
@@ -141,17 +145,22 @@ if _lib is not None:
         "nha_parse_mountinfo", MountInfo, 4, 7, strings_first=False
     )
     parse_xid: Callable[[bytes], list[XidRecord]] = _native_parser("nha_parse_xid", XidRecord, 4, 6, strings_first=False)
+    parse_iptables_save: Callable[[bytes], list[IptRecord]] = _native_parser(
+        "nha_parse_iptables_save", IptRecord, 4, 4, strings_first=False
+    )
 else:
     parse_net_dev = _netdev.parse
     parse_diskstats = _diskstats.parse
     parse_mountinfo = _mountinfo.parse
     parse_xid = _xid.parse
+    parse_iptables_save = _iptsave.parse
 
 PYTHON_TWINS: Final = {
     "net_dev": _netdev.parse,
     "diskstats": _diskstats.parse,
     "mountinfo": _mountinfo.parse,
     "xid": _xid.parse,
+    "iptables_save": _iptsave.parse,
 }
 
 

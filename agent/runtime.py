@@ -78,6 +78,8 @@ def state_dir(cfg: Config, explicit: bool) -> str:
     return fallback
 
 
-def build_checks(cfg: Config, state: str, only: list[str] | None = None) -> list[tuple[Check, CheckConfig]]:
-    ctx = CheckContext(paths=host_paths(cfg), state_dir=state, config=cfg)
+def build_checks(
+    cfg: Config, state: str, only: list[str] | None = None, dry_run: bool = False
+) -> list[tuple[Check, CheckConfig]]:
+    ctx = CheckContext(paths=host_paths(cfg), state_dir=state, config=cfg, dry_run=dry_run)
     return build_enabled(ctx, only)

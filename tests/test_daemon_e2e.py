@@ -10,13 +10,18 @@ from pathlib import Path
 import pytest
 from agentproc import Agent, NotifySocket, wait_for
 
+# Agents under test run in the host's network namespace: keep them off its firewall.
+NO_TRAFFIC = """
+[checks.traffic]
+enabled = false
+"""
 BASE = """
 [checks.disk]
 interval = "1s"
 paths = ["/"]
 [checks.network]
 interval = "1s"
-"""
+""" + NO_TRAFFIC
 
 
 @pytest.fixture
@@ -74,7 +79,7 @@ def test_sighup_with_a_broken_config_keeps_the_running_one(tmp_path: Path) -> No
 
 
 def test_bad_flag_and_bad_config_exit_2_without_traceback(tmp_path: Path) -> None:
-    agent = Agent(tmp_path, "[checks.disk]\nenabled = 3\n")
+    agent = Agent(tmp_path, "[checks.disk]\nenabled = 3\n" + NO_TRAFFIC)
     assert agent.proc.wait(30) == 2
     agent.stop()
     out = agent.logs()
@@ -112,7 +117,7 @@ paths = ["{dead}"]
 include_state_dir = false
 [checks.network]
 interval = "1s"
-"""
+""" + NO_TRAFFIC
     agent = Agent(tmp_path, cfg, wrap=mount_ns.cmd([]))
     try:
         agent.wait_ready()

@@ -28,6 +28,7 @@ CHECK_MODULES: tuple[str, ...] = (
     "agent.checks.disk",
     "agent.checks.network",
     "agent.checks.gpu",
+    "agent.checks.traffic",
 )
 
 
@@ -50,6 +51,7 @@ class CheckContext:
     paths: HostPaths
     state_dir: str
     config: Config
+    dry_run: bool = False  # look, but change nothing on the node (`agent run --dry-run`, `agent selftest`)
 
 
 @dataclass(frozen=True, slots=True)

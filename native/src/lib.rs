@@ -9,6 +9,7 @@ pub mod ffi;
 pub mod text;
 
 pub mod diskstats;
+pub mod iptsave;
 pub mod mountinfo;
 pub mod netdev;
 pub mod xid;

@@ -82,6 +82,7 @@ class HostTree:
     def toml(self, state_dir: str, extra: str = "", lib: str = "") -> str:
         return (
             f'[agent]\nstate_dir = "{state_dir}"\n[paths]\nprocfs = "{self.proc}"\nsysfs = "{self.sys}"\n'
+            '[checks.traffic]\nenabled = false\n'  # the agent runs in the host's netns: off its firewall
             f'[checks.gpu]\nnvml_library = "{lib}"\n{extra}'
         )
 

@@ -1,0 +1,19 @@
+"""Traffic accounting with iptables mangle rules: internet vs cluster traffic.
+
+The agent keeps two chains of its own in the ``mangle`` table of each address
+family it is given internal ranges for, jumped to from ``INPUT``, ``FORWARD``
+and ``OUTPUT``; each chain RETURNs for loopback and for every internal range,
+then counts what is left. Nothing here changes a packet's fate: no marks, no
+verdicts, only jumps into our chains and RETURNs out of them.
+
+- `rules`: the rules we want, how a dump compares to them, and the plan that
+  makes the tables match (pure; table-tested).
+- `tools`, `nft`, `legacy`, `detect`: the two iptables backends (iptables-nft
+  through ``iptables-nft-restore``, iptables-legacy through python-iptables)
+  and the choice between them, the way kube-proxy's iptables-wrapper makes it.
+- `reconcile`: read (``iptables-save -c``, parsed natively), compare, repair.
+- `tally`: counters that stay monotonic across rule re-creation and restarts.
+- `cli`: ``agent rules show|install|remove``.
+
+docs/traffic.md describes the design with an example ruleset.
+"""

@@ -1,0 +1,199 @@
+"""What the traffic check does on each run (see `agent.checks.traffic`)."""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+from typing import TYPE_CHECKING
+
+from ..findings import ObservationBuilder, Severity
+from ..parsers.iptsave import KIND_RULE
+from .detect import Backend, resolve
+from .reconcile import Outcome, clear_strays, reconcile
+from .rules import DIRECTIONS, FAMILIES, Current, Desired, desired, generation
+from .tally import Tallies
+from .tools import (
+    CAP_NET_ADMIN,
+    CAP_NET_RAW,
+    NotPermitted,
+    TrafficError,
+    Unavailable,
+    forget_tools,
+    missing_caps,
+    tool,
+)
+
+if TYPE_CHECKING:
+    from ..checks import CheckContext
+    from ..checks.traffic import TrafficConfig
+
+log = logging.getLogger(__name__)
+
+SUBJECT = "iptables"
+
+
+class Keeper:
+    def __init__(self, ctx: CheckContext, cfg: TrafficConfig) -> None:
+        nets = [ipaddress.ip_network(r) for r in cfg.internal_ranges]
+        self.wanted: dict[str, Desired] = {f: w for f in FAMILIES if (w := desired(f, nets)) is not None}
+        self.choice = cfg.backend
+        self.dry_run = ctx.dry_run
+        self.state_dir = ctx.state_dir
+        self.backend: Backend | None = None
+        self.why = ""
+        self.tallies: Tallies | None = None  # read on the first run, not at build time (reloads)
+        self.strays_cleared = False
+        self.in_place: dict[str, bool] = {}
+        self.seen_in_place = {f: False for f in FAMILIES}
+        self.errors: dict[str, str] = {}  # key -> last error logged, for "once per state change"
+        forget_tools()  # built at start and on every reload
+
+    def known_findings(self) -> list[tuple[str, str]]:
+        out = [(SUBJECT, r) for r in ("NotApplicable", "InsufficientPrivilege", "TrafficBackendUnavailable")]
+        return out + [(f, r) for f in self.wanted for r in ("InsufficientPrivilege", "TrafficRulesNotInPlace")]
+
+    def run(self, b: ObservationBuilder) -> None:
+        if self.tallies is None:
+            self.tallies = Tallies(self.state_dir)
+        try:
+            backend = self._prepare(b)
+            if backend is not None:
+                for family in self.wanted:
+                    self._family(b, backend, family)
+        finally:
+            self._export(b)
+            if not self.dry_run:
+                try:
+                    self.tallies.save()
+                except OSError as exc:
+                    self._error("save", f"cannot write the traffic counters to {self.state_dir}: {exc}")
+
+    # ------------------------------------------------------------ backend
+
+    def _prepare(self, b: ObservationBuilder) -> Backend | None:
+        if missing_caps((CAP_NET_ADMIN,)):
+            self._problem(b, SUBJECT, "InsufficientPrivilege", "traffic accounting needs CAP_NET_ADMIN to read and "
+                          "keep its iptables rules (run as root or grant the capability); counters are held")
+            return None
+        if not any(tool(m, "ipv4", "save") or tool(m, "ipv6", "save") for m in ("legacy", "nft")):
+            b.finding(SUBJECT, "NotApplicable", "no iptables tools on this host: traffic is not counted")
+            return None
+        if self.backend is None:
+            self.backend, self.why = resolve(self.choice)
+            log.info("traffic accounting uses iptables-%s (%s)", self.backend.name, self.why)
+        backend = self.backend
+        problem = next((p for f in self.wanted if (p := backend.missing(f))), None)
+        if problem:
+            self._problem(b, SUBJECT, "TrafficBackendUnavailable", f"iptables-{backend.name} ({self.why}): {problem}")
+            return None
+        if backend.needs_raw_socket and missing_caps((CAP_NET_RAW,)):
+            self._problem(b, SUBJECT, "InsufficientPrivilege", "iptables-legacy needs CAP_NET_RAW as well as "
+                          "CAP_NET_ADMIN (libiptc talks to the kernel over a raw socket); counters are held")
+            return None
+        self._recovered(SUBJECT)
+        if not self.strays_cleared:
+            self._clear_strays(backend)
+        b.subject(SUBJECT, f"iptables-{backend.name} ({self.why})")
+        return backend
+
+    def _clear_strays(self, backend: Backend) -> None:
+        done, failed = clear_strays(backend, self.wanted, mutate=not self.dry_run)
+        for line in done:
+            log.warning("%s (this host uses iptables-%s)", line, backend.name)
+        for line in failed:
+            self._error("strays", line)
+        if not failed:
+            self._recovered("strays")
+        self.strays_cleared = not failed
+
+    # ------------------------------------------------------------ one family
+
+    def _family(self, b: ObservationBuilder, backend: Backend, family: str) -> None:
+        self.in_place[family] = False
+        try:
+            out = reconcile(backend, family, self.wanted[family], mutate=not self.dry_run)
+        except NotPermitted as exc:
+            self._problem(b, family, "InsufficientPrivilege", f"{exc}; counters are held")
+            return
+        except Unavailable as exc:
+            self._problem(b, family, "TrafficBackendUnavailable", f"{exc}; counters are held")
+            return
+        except TrafficError as exc:
+            self._problem(b, family, "TrafficRulesNotInPlace", f"{exc}; counters are held")
+            return
+        self._changed(backend, out)
+        self._count(family, out.after)
+        self.in_place[family] = out.in_place
+        self.seen_in_place[family] |= out.in_place
+        if out.in_place:
+            self._recovered(family)
+            b.subject(family, self._detail(backend, family))
+        elif self.dry_run:
+            b.finding(family, "TrafficRulesNotInPlace", "dry run, would fix: " + "; ".join(out.found.notes),
+                      severity=Severity.INFO)
+        else:
+            self._problem(b, family, "TrafficRulesNotInPlace",
+                          "still wrong after a repair: " + "; ".join(out.remaining.notes))
+
+    def _changed(self, backend: Backend, out: Outcome) -> None:
+        if out.applied is None:
+            return
+        what = "; ".join(out.applied.notes)
+        if self.seen_in_place[out.family] or not out.before.empty:
+            assert self.tallies is not None
+            self.tallies.repaired(out.family)
+            log.warning("repaired the traffic rules for %s in iptables-%s: %s", out.family, backend.name, what)
+        else:
+            log.info("installed the traffic rules for %s in iptables-%s", out.family, backend.name)
+
+    def _count(self, family: str, cur: Current) -> None:
+        assert self.tallies is not None
+        for direction in DIRECTIONS:
+            rec = cur.count_rule(direction)
+            if rec is None or rec.kind != KIND_RULE:
+                continue
+            tally = self.tallies.get(direction, family)
+            if tally.observe(generation(rec.comment) or "", rec.packets, rec.bytes):
+                log.info("%s %s count rule is new or was zeroed; %d bytes counted before it are kept",
+                         family, direction, tally.base_bytes)
+
+    # ------------------------------------------------------------ output
+
+    def _detail(self, backend: Backend, family: str) -> str:
+        assert self.tallies is not None
+        totals = ", ".join(f"{d} {_human(self.tallies.get(d, family).total_bytes)}" for d in DIRECTIONS)
+        return f"rules in place (iptables-{backend.name}); {totals}"
+
+    def _export(self, b: ObservationBuilder) -> None:
+        assert self.tallies is not None
+        for family in self.wanted:
+            for direction in DIRECTIONS:
+                t = self.tallies.get(direction, family)
+                b.sample("node_health_traffic_bytes_total", t.total_bytes, direction=direction, family=family)
+                b.sample("node_health_traffic_packets_total", t.total_packets, direction=direction, family=family)
+            b.sample("node_health_traffic_rules_repaired_total", self.tallies.repairs.get(family, 0), family=family)
+            b.sample("node_health_traffic_rules_in_place", 1 if self.in_place.get(family) else 0, family=family)
+        if self.backend is not None:
+            b.sample("node_health_traffic_backend_info", 1, backend=self.backend.name)
+
+    def _problem(self, b: ObservationBuilder, subject: str, reason: str, message: str) -> None:
+        b.finding(subject, reason, message)
+        self._error(subject, f"traffic {subject} {reason}: {message}")
+
+    def _error(self, key: str, message: str) -> None:
+        """Logged at ERROR when it first appears or changes, at DEBUG while it repeats."""
+        (log.debug if self.errors.get(key) == message else log.error)("%s", message)
+        self.errors[key] = message
+
+    def _recovered(self, key: str) -> None:
+        if self.errors.pop(key, None) is not None:
+            log.info("traffic %s: working again", key)
+
+
+def _human(n: int) -> str:
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if size < 1024 or unit == "TiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{n} B"

@@ -1,0 +1,276 @@
+"""The rules we want, how the rules we find compare to them, and the plan that
+makes the ``mangle`` table match.
+
+Per address family with at least one internal range::
+
+    -A INPUT   -m comment --comment "node-health-agent:internet-in:jump"  -j NODE-HEALTH-INTERNET-IN
+    -A FORWARD -m comment --comment "node-health-agent:internet-in:jump"  -j NODE-HEALTH-INTERNET-IN
+    -A FORWARD -m comment --comment "node-health-agent:internet-out:jump" -j NODE-HEALTH-INTERNET-OUT
+    -A OUTPUT  -m comment --comment "node-health-agent:internet-out:jump" -j NODE-HEALTH-INTERNET-OUT
+    -A NODE-HEALTH-INTERNET-IN -i lo -m comment --comment "node-health-agent:internet-in:loopback" -j RETURN
+    -A NODE-HEALTH-INTERNET-IN -s 10.0.0.0/8 -m comment --comment "node-health-agent:internet-in:internal" -j RETURN
+    -A NODE-HEALTH-INTERNET-IN -m comment --comment "node-health-agent:internet-in:count:3f09c2a1"
+    (and the same for NODE-HEALTH-INTERNET-OUT with -o lo and -d)
+
+The count rule has no target: it counts and the packet falls off the end of
+our chain back into the built-in one. Its comment carries a generation, new
+each time we (re)build the chain, so a rule re-created while the agent was
+down is told apart from one that kept counting (see `agent.traffic.tally`).
+
+Ours is what carries the ``node-health-agent:`` comment, plus the two chains
+above by exact name. A jump may sit anywhere in its built-in chain (we insert
+at the top; a CNI that moves its own rules above ours is not fought), but must
+be there exactly once; our chains must hold exactly our rules, in order.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+
+from ..parsers._text import decode
+from ..parsers.iptsave import COMMENT_PREFIX as _PREFIX_BYTES
+from ..parsers.iptsave import IptRecord, tokens
+
+COMMENT_PREFIX = _PREFIX_BYTES.decode()
+TABLE = "mangle"
+DIRECTIONS = ("internet-in", "internet-out")
+FAMILIES = ("ipv4", "ipv6")
+CHAINS: Mapping[str, str] = MappingProxyType(
+    {"internet-in": "NODE-HEALTH-INTERNET-IN", "internet-out": "NODE-HEALTH-INTERNET-OUT"}
+)
+HOOKS: Mapping[str, tuple[str, ...]] = MappingProxyType(
+    {"INPUT": ("internet-in",), "FORWARD": ("internet-in", "internet-out"), "OUTPUT": ("internet-out",)}
+)
+_COUNT = re.compile(r"^(node-health-agent:internet-(?:in|out):count)(?::([0-9a-f]{8}))?$")
+
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+@dataclass(frozen=True, slots=True)
+class Spec:
+    """One rule as iptables-save prints it: only the options we ever use."""
+
+    comment: str
+    target: str = ""  # "": no target, the rule only counts
+    src: str = ""
+    dst: str = ""
+    iif: str = ""
+    oif: str = ""
+
+    def args(self) -> list[str]:
+        """The rule as command-line arguments (after ``-A CHAIN``)."""
+        out: list[str] = []
+        for flag, value in (("-s", self.src), ("-d", self.dst), ("-i", self.iif), ("-o", self.oif)):
+            if value:
+                out += [flag, value]
+        out += ["-m", "comment", "--comment", self.comment]
+        if self.target:
+            out += ["-j", self.target]
+        return out
+
+    def restore_text(self) -> str:
+        """The rule for iptables-restore; our comments never hold a quote or a backslash."""
+        return " ".join(f'"{a}"' if a == self.comment else a for a in self.args())
+
+    def same_as(self, other: Spec) -> bool:
+        """Equal, the generation of a count rule aside."""
+        return replace(self, comment=_strip_gen(self.comment)) == replace(other, comment=_strip_gen(other.comment))
+
+
+def comment(direction: str, role: str, gen: str = "") -> str:
+    return f"{COMMENT_PREFIX}{direction}:{role}" + (f":{gen}" if gen else "")
+
+
+def generation(comment_text: str) -> str | None:
+    """The generation of a count rule's comment ("" if it has none), None if it is not one."""
+    m = _COUNT.match(comment_text)
+    return None if m is None else (m.group(2) or "")
+
+
+def _strip_gen(text: str) -> str:
+    m = _COUNT.match(text)
+    return m.group(1) if m else text
+
+
+def is_ours(comment_text: str) -> bool:
+    return comment_text.startswith(COMMENT_PREFIX)
+
+
+def is_our_line(line: bytes) -> bool:
+    """A saved rule line of ours (for counting other people's rules)."""
+    return _PREFIX_BYTES in line or any(f"-A {c} ".encode() in line for c in CHAINS.values())
+
+
+# ---------------------------------------------------------------- desired state
+
+
+@dataclass(frozen=True, slots=True)
+class Desired:
+    family: str
+    chains: Mapping[str, tuple[Spec, ...]]  # our chain -> its rules, in order
+    jumps: Mapping[str, tuple[Spec, ...]]  # built-in chain -> the jumps it must hold
+
+
+def family_of(net: Network) -> str:
+    return "ipv4" if net.version == 4 else "ipv6"
+
+
+def desired(family: str, ranges: Iterable[Network]) -> Desired | None:
+    """What `family` must hold; None when it has no internal range (then nothing of ours belongs there)."""
+    nets = [n for n in ranges if family_of(n) == family]
+    if not nets:
+        return None
+    chains = {}
+    for direction, chain in CHAINS.items():
+        inbound = direction == "internet-in"
+        lo = Spec(comment(direction, "loopback"), "RETURN", **{"iif" if inbound else "oif": "lo"})
+        internal = [Spec(comment(direction, "internal"), "RETURN", **{"src" if inbound else "dst": str(n)}) for n in nets]
+        chains[chain] = (lo, *internal, Spec(comment(direction, "count")))
+    jumps = {hook: tuple(Spec(comment(d, "jump"), CHAINS[d]) for d in dirs) for hook, dirs in HOOKS.items()}
+    return Desired(family, MappingProxyType(chains), MappingProxyType(jumps))
+
+
+# ---------------------------------------------------------------- what we find
+
+_OPTIONS = {"-s": "src", "-d": "dst", "-i": "iif", "-o": "oif", "-j": "target", "--comment": "comment"}
+
+
+def parse_spec(text: str) -> Spec | None:
+    """A rule's text after ``-A CHAIN`` as a Spec; None when it uses anything we never use."""
+    toks = [decode(t) for t, _ in tokens(text.encode("utf-8", "surrogateescape"))]
+    fields: dict[str, str] = {}
+    i = 0
+    while i < len(toks):
+        if toks[i] == "-m" and toks[i + 1 : i + 2] == ["comment"]:
+            i += 2
+            continue
+        name = _OPTIONS.get(toks[i])
+        if name is None or name in fields or i + 1 >= len(toks):
+            return None
+        fields[name] = toks[i + 1]
+        i += 2
+    for key in ("src", "dst"):
+        if key in fields:
+            try:
+                fields[key] = str(ipaddress.ip_network(fields[key], strict=False))
+            except ValueError:
+                return None
+    if "comment" not in fields:
+        return None
+    return Spec(**fields)
+
+
+@dataclass(frozen=True, slots=True)
+class Current:
+    """Ours in one family's mangle table, from a parsed dump."""
+
+    chains: frozenset[str]  # our chains that exist
+    rules: Mapping[str, tuple[IptRecord, ...]]  # chain -> our rules in it, in order
+
+    @classmethod
+    def of(cls, records: Iterable[IptRecord]) -> Current:
+        ours = set(CHAINS.values())
+        chains: set[str] = set()
+        rules: dict[str, list[IptRecord]] = {}
+        for r in records:
+            if r.table != TABLE:
+                continue
+            if r.kind == 0:
+                if r.chain in ours:
+                    chains.add(r.chain)
+            elif r.chain in ours or is_ours(r.comment):
+                rules.setdefault(r.chain, []).append(r)
+        return cls(frozenset(chains), MappingProxyType({k: tuple(v) for k, v in rules.items()}))
+
+    @property
+    def empty(self) -> bool:
+        return not self.chains and not self.rules
+
+    def count_rule(self, direction: str) -> IptRecord | None:
+        """The count rule of `direction`'s chain, when the chain holds exactly one."""
+        found = [r for r in self.rules.get(CHAINS[direction], ()) if generation(r.comment) is not None]
+        return found[0] if len(found) == 1 else None
+
+
+# ---------------------------------------------------------------- the plan
+
+
+@dataclass(frozen=True, slots=True)
+class Doomed:
+    """A rule of ours to delete: where it is and how it was printed."""
+
+    chain: str
+    position: int  # 1-based, as in the dump the plan was made from
+    rule: str
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    rebuild: tuple[tuple[str, tuple[Spec, ...]], ...] = ()  # our chains to create or flush, then fill
+    delete: tuple[Doomed, ...] = ()  # rules of ours outside our chains
+    insert: tuple[tuple[str, Spec], ...] = ()  # jumps to put at the top of their chain, in this order
+    drop: tuple[str, ...] = ()  # our chains to flush and delete (after the deletes)
+    notes: tuple[str, ...] = field(default=(), compare=False)  # why, for the log
+
+    def __bool__(self) -> bool:
+        return bool(self.rebuild or self.delete or self.insert or self.drop)
+
+    def rebuilt(self, chain: str) -> bool:
+        return any(c == chain for c, _ in self.rebuild)
+
+
+def plan_ensure(want: Desired, cur: Current, gen: str) -> Plan:
+    """Changes that make `cur` hold exactly `want`; `gen` stamps rebuilt count rules."""
+    notes: list[str] = []
+    rebuild = []
+    for chain, specs in want.chains.items():
+        got = [parse_spec(r.rule) for r in cur.rules.get(chain, ())]
+        if chain in cur.chains and _same(specs, got):
+            continue
+        notes.append(f"{chain} missing" if chain not in cur.chains else f"{chain} altered")
+        rebuild.append((chain, tuple(_stamp(s, gen) for s in specs)))
+    delete: list[Doomed] = []
+    insert: list[tuple[str, Spec]] = []
+    for chain in sorted(set(want.jumps) | set(cur.rules)):
+        if chain in want.chains:
+            continue
+        missing = list(want.jumps.get(chain, ()))
+        for r in cur.rules.get(chain, ()):
+            spec = parse_spec(r.rule)
+            hit = next((w for w in missing if spec is not None and w.same_as(spec)), None)
+            if hit is None:
+                delete.append(Doomed(chain, r.position, r.rule))
+                notes.append(f"stray rule {chain} #{r.position}: {r.comment}")
+            else:
+                missing.remove(hit)
+        insert += [(chain, s) for s in missing]
+        notes += [f"{chain} lacks {s.comment}" for s in missing]
+    return Plan(tuple(rebuild), tuple(delete), tuple(insert), (), tuple(notes))
+
+
+def plan_remove(cur: Current) -> Plan:
+    """Changes that leave nothing of ours: our rules in other chains, then our chains."""
+    delete = tuple(
+        Doomed(chain, r.position, r.rule) for chain, recs in sorted(cur.rules.items()) if chain not in CHAINS.values()
+        for r in recs
+    )
+    drop = tuple(c for c in CHAINS.values() if c in cur.chains)
+    return Plan(delete=delete, drop=drop, notes=("removing ours",) if delete or drop else ())
+
+
+def plan_for(want: Desired | None, cur: Current, gen: str) -> Plan:
+    return plan_remove(cur) if want is None else plan_ensure(want, cur, gen)
+
+
+def _same(want: Sequence[Spec], got: Sequence[Spec | None]) -> bool:
+    return len(want) == len(got) and all(g is not None and w.same_as(g) for w, g in zip(want, got))
+
+
+def _stamp(spec: Spec, gen: str) -> Spec:
+    if generation(spec.comment) is None:
+        return spec
+    return replace(spec, comment=f"{_strip_gen(spec.comment)}:{gen}")

@@ -1,0 +1,302 @@
+"""Network namespaces for the traffic tests: a node, its peers, real TCP.
+
+Every namespace and veth gets a random name (other people run tests on the
+same machine at the same time) and is deleted on exit, even after a failure.
+iptables runs inside the namespaces only (``ip netns exec``): the host's own
+tables are never touched. Sockets are opened inside a namespace from a
+short-lived thread that enters it (setns changes the calling thread only), so
+the test process itself talks TCP between namespaces without helpers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import http.client
+import os
+import re
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from conftest import require_tool
+
+CLONE_NEWNET = 0x40000000
+_libc = ctypes.CDLL(None, use_errno=True)
+REPO = Path(__file__).resolve().parent.parent
+OUR_LINE = re.compile(r"node-health-agent:|NODE-HEALTH-INTERNET-")
+
+
+def _ip(*args: str) -> None:
+    subprocess.run(["ip", *args], check=True, capture_output=True, timeout=30)
+
+
+@dataclass
+class Netns:
+    name: str
+
+    def run(self, *cmd: str, stdin: bytes | None = None, check: bool = True, timeout: float = 60,
+            prefix: Sequence[str] = ()) -> subprocess.CompletedProcess[str]:
+        res = subprocess.run(
+            ["ip", "netns", "exec", self.name, *prefix, *cmd], input=stdin.decode() if stdin else None,
+            capture_output=True, text=True, timeout=timeout, check=False,
+        )
+        if check and res.returncode != 0:
+            raise AssertionError(f"{' '.join(cmd)} in {self.name}: exit {res.returncode}\n{res.stdout}\n{res.stderr}")
+        return res
+
+    def agent(self, *args: str, check: bool = True, prefix: Sequence[str] = ()) -> subprocess.CompletedProcess[str]:
+        return self.run(sys.executable, "-m", "agent", *args, check=check, prefix=prefix)
+
+    def socket(self, family: int = socket.AF_INET) -> socket.socket:
+        """A TCP socket that lives in this namespace."""
+        out: dict[str, object] = {}
+
+        def enter() -> None:
+            fd = os.open(f"/run/netns/{self.name}", os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                if _libc.setns(fd, CLONE_NEWNET) != 0:
+                    raise OSError(ctypes.get_errno(), "setns")
+                out["sock"] = socket.socket(family, socket.SOCK_STREAM)
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller
+                out["err"] = exc
+            finally:
+                os.close(fd)
+
+        t = threading.Thread(target=enter)
+        t.start()
+        t.join()
+        if "err" in out:
+            raise out["err"]  # type: ignore[misc]
+        return out["sock"]  # type: ignore[return-value]
+
+    def save(self, mode: str, *args: str) -> str:
+        return self.run(f"iptables-{mode}-save", *args).stdout
+
+
+@contextlib.contextmanager
+def namespaces(*roles: str) -> Iterator[dict[str, Netns]]:
+    require_tool("ip")
+    tag = secrets.token_hex(3)
+    made: dict[str, Netns] = {}
+    try:
+        for role in roles:
+            ns = Netns(f"nha-{role}-{tag}")
+            _ip("netns", "add", ns.name)
+            made[role] = ns
+            ns.run("ip", "link", "set", "lo", "up")
+        yield made
+    finally:
+        for ns in made.values():
+            subprocess.run(["ip", "netns", "del", ns.name], capture_output=True, timeout=30, check=False)
+
+
+def link(a: Netns, a_addr: str, b: Netns, b_addr: str) -> None:
+    """A veth pair between two namespaces with one address (CIDR) on each end."""
+    tag = secrets.token_hex(4)
+    ea, eb = f"va{tag}", f"vb{tag}"
+    _ip("link", "add", ea, "netns", a.name, "type", "veth", "peer", "name", eb, "netns", b.name)
+    for ns, dev, addr in ((a, ea, a_addr), (b, eb, b_addr)):
+        ns.run("ip", "addr", "add", addr, "dev", dev)
+        ns.run("ip", "link", "set", dev, "up")
+
+
+@dataclass
+class Lab:
+    """node: the host the agent runs on; it routes for pod. cluster: 10.77.0.2;
+    internet: 198.51.100.2 (TEST-NET-2); pod: 10.88.0.2, reaching both through node."""
+
+    ns: dict[str, Netns]
+    addr: dict[str, str] = field(
+        default_factory=lambda: {"cluster": "10.77.0.2", "internet": "198.51.100.2", "pod": "10.88.0.2"}
+    )
+
+    @property
+    def node(self) -> Netns:
+        return self.ns["node"]
+
+
+@contextlib.contextmanager
+def lab() -> Iterator[Lab]:
+    with namespaces("node", "cluster", "internet", "pod") as ns:
+        link(ns["node"], "10.77.0.1/24", ns["cluster"], "10.77.0.2/24")
+        link(ns["node"], "198.51.100.1/24", ns["internet"], "198.51.100.2/24")
+        link(ns["pod"], "10.88.0.2/24", ns["node"], "10.88.0.1/24")
+        ns["pod"].run("ip", "route", "add", "default", "via", "10.88.0.1")
+        ns["cluster"].run("ip", "route", "add", "10.88.0.0/24", "via", "10.77.0.1")
+        ns["internet"].run("ip", "route", "add", "10.88.0.0/24", "via", "198.51.100.1")
+        ns["node"].run("sysctl", "-qw", "net.ipv4.ip_forward=1")
+        yield Lab(ns)
+
+
+def send(src: Netns, dst: Netns, dst_addr: str, nbytes: int) -> None:
+    """nbytes of payload over one TCP connection from src to dst; returns when dst has read them all."""
+    srv = dst.socket()
+    cli = src.socket()
+    got: list[int] = []
+    with srv, cli:
+        srv.bind((dst_addr, 0))
+        srv.listen(1)
+        srv.settimeout(30)
+
+        def receive() -> None:
+            conn, _ = srv.accept()
+            with conn:
+                total = 0
+                while chunk := conn.recv(1 << 20):
+                    total += len(chunk)
+                got.append(total)
+
+        t = threading.Thread(target=receive)
+        t.start()
+        cli.settimeout(30)
+        cli.connect((dst_addr, srv.getsockname()[1]))
+        block = b"\0" * (1 << 20)
+        left = nbytes
+        while left:
+            left -= cli.send(block[: min(left, len(block))])
+        cli.shutdown(socket.SHUT_WR)
+        t.join(30)
+    assert got == [nbytes], f"received {got}, sent {nbytes}"
+
+
+def without_ours(dump: str) -> list[str]:
+    """An iptables-save dump minus our lines, comments and counters: what others own."""
+    out = []
+    for line in dump.splitlines():
+        if line.startswith("#") or OUR_LINE.search(line):
+            continue
+        out.append(re.sub(r"\[\d+:\d+\]", "[]", line))
+    return out
+
+
+# ---------------------------------------------------------------- the daemon
+
+
+@dataclass
+class Agent:
+    node: Netns
+    config: Path
+    state: Path
+    port: int = 9904
+    proc: subprocess.Popen[str] | None = None
+    log: Path | None = None
+
+    def start(self, prefix: Sequence[str] = ()) -> None:
+        assert self.log is not None
+        self.proc = subprocess.Popen(
+            ["ip", "netns", "exec", self.node.name, *prefix, sys.executable, "-m", "agent", "run",
+             "--config", str(self.config), "--state-dir", str(self.state), "--listen", f"127.0.0.1:{self.port}"],
+            stdout=self.log.open("a"), stderr=subprocess.STDOUT, text=True, cwd=REPO,
+        )
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(10)
+        self.proc = None
+
+    def scrape(self) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        """The samples of /metrics; {} while the agent does not answer yet."""
+        from prometheus_client.parser import text_string_to_metric_families
+
+        sock = self.node.socket()
+        try:
+            sock.settimeout(5)
+            sock.connect(("127.0.0.1", self.port))
+        except OSError:
+            sock.close()
+            return {}
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=5)
+        conn.sock = sock
+        with contextlib.closing(conn):
+            conn.request("GET", "/metrics")
+            text = conn.getresponse().read().decode()
+        return {
+            (s.name, tuple(sorted(s.labels.items()))): s.value
+            for fam in text_string_to_metric_families(text)
+            for s in fam.samples
+        }
+
+    def wait_for(self, what: str, predicate, timeout: float = 30.0):  # type: ignore[no-untyped-def]
+        """Poll /metrics until predicate(samples) is truthy; returns its value."""
+        deadline = time.monotonic() + timeout
+        while True:
+            assert self.proc is None or self.proc.poll() is None, f"agent exited:\n{self.logs()}"
+            samples = self.scrape()
+            value = predicate(samples) if samples else None
+            if value:
+                return value
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out waiting for {what}; last metrics: {_traffic(samples)}\n{self.logs()}")
+            time.sleep(0.2)
+
+    def logs(self) -> str:
+        return self.log.read_text() if self.log and self.log.exists() else ""
+
+
+def _traffic(samples: dict) -> dict:  # type: ignore[type-arg]
+    return {k: v for k, v in samples.items() if "traffic" in k[0] or k[0] == "node_health_check_runs_total"}
+
+
+def metric(samples: dict, name: str, **labels: str) -> float | None:  # type: ignore[type-arg]
+    return samples.get((name, tuple(sorted(labels.items()))))
+
+
+# ---------------------------------------------------------------- rulesets
+
+# What a kube-proxy + CNI node holds in mangle (and elsewhere): kubelet's hint
+# chains, per-service chains with kube-proxy's quoted comments, a CNI's marks,
+# verdicts in built-in chains. None of it may change under install, repair or remove.
+FOREIGN = """\
+*mangle
+:KUBE-IPTABLES-HINT - [0:0]
+:KUBE-KUBELET-CANARY - [0:0]
+:CNI-MARKS - [0:0]
+-A PREROUTING -m comment --comment "cni: classify pod traffic" -j CNI-MARKS
+-A CNI-MARKS -s 10.88.0.0/16 -m comment --comment "cni: pod egress" -j MARK --set-xmark 0x4000/0x4000
+-A CNI-MARKS -m mark --mark 0x4000/0x4000 -j RETURN
+-A INPUT -p tcp -m tcp --dport 22 -m comment --comment "ssh \\"admin\\" access" -j ACCEPT
+-A FORWARD -m comment --comment "kube-proxy: forward mark" -j MARK --set-xmark 0x1/0x1
+-A OUTPUT -o lo -m comment --comment node-local -j RETURN
+-A POSTROUTING -m mark --mark 0x4000/0x4000 -m comment --comment "cni: masquerade hint" -j MARK --set-xmark 0x0/0x4000
+COMMIT
+*filter
+:KUBE-FIREWALL - [0:0]
+-A INPUT -j KUBE-FIREWALL
+-A KUBE-FIREWALL -m comment --comment "kubernetes firewall for dropping marked packets" -m mark --mark 0x8000/0x8000 -j DROP
+COMMIT
+*nat
+:KUBE-SERVICES - [0:0]
+-A OUTPUT -m comment --comment "kubernetes service portals" -j KUBE-SERVICES
+-A KUBE-SERVICES -d 10.96.0.1/32 -p tcp -m comment --comment "default/kubernetes:https cluster IP" -m tcp --dport 443 -j RETURN
+COMMIT
+"""
+
+
+def kube_mangle(n: int) -> str:
+    """An iptables-restore batch of `n` kube-proxy-style rules in mangle (services with quoted comments)."""
+    lines = ["*mangle"]
+    chains = max(1, n // 10)
+    lines += [f":KUBE-SVC-{i:012X} - [0:0]" for i in range(chains)]
+    for i in range(n):
+        svc = i % chains
+        lines.append(
+            f'-A KUBE-SVC-{svc:012X} -d 10.96.{i // 250 % 250}.{i % 250}/32 -p tcp '
+            f'-m comment --comment "ns-{svc}/service-{i}:https cluster IP" -m tcp --dport {1000 + i % 60000} '
+            f"-j MARK --set-xmark 0x{i % 4096:x}/0xfff"
+        )
+    lines.append("COMMIT")
+    return "\n".join(lines) + "\n"
