@@ -27,6 +27,7 @@ FEATURE_MODULES: tuple[str, ...] = (
     "agent.checks.disk",
     "agent.checks.network",
     "agent.checks.gpu",
+    "agent.checks.burn",
 )
 
 

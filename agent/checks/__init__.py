@@ -28,6 +28,7 @@ CHECK_MODULES: tuple[str, ...] = (
     "agent.checks.disk",
     "agent.checks.network",
     "agent.checks.gpu",
+    "agent.checks.burn",
 )
 
 
