@@ -146,7 +146,7 @@ class DcgmJob:
         try:
             return parse_diag(text)
         except ValueError as exc:
-            said = self.process.stderr_tail() or text.strip()[:300]
+            said = " | ".join(x for x in (text.strip()[:300], self.process.stderr_tail()) if x)
             why = f"dcgmi {self.process.how_it_ended(code)}; {exc}" + (f": {said}" if said else "")
             return {i: GpuOutcome(i, ran=False, notes=(why,)) for i in self.gpus}
 
