@@ -32,7 +32,7 @@ def findings(report: BurnReport, kind: str) -> list[Finding]:
         b.finding(PREFLIGHT, failed, report.error)
     for g in report.failed():
         b.finding(g.subject, failed, g.summary())
-    if report.status == "unknown":
+    if report.unavailable or any(g.status == "unknown" for g in report.gpus):
         b.finding(PREFLIGHT, "BurnUnavailable", unknown_message(report))
     if report.no_gpu and kind == "preflight":
         b.finding(PREFLIGHT, "NotApplicable", f"{report.note}: the preflight passes")
