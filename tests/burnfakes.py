@@ -50,8 +50,14 @@ class FakeBackend:
     name = "fake"
 
     def __init__(
-        self, outcomes: Mapping[int, GpuOutcome] | None = None, *, hang: Sequence[int] = (), delay: float = 0.0,
-        limit: float = 30.0, why_not: str | None = None, start_error: str | None = None,
+        self,
+        outcomes: Mapping[int, GpuOutcome] | None = None,
+        *,
+        hang: Sequence[int] = (),
+        delay: float = 0.0,
+        limit: float = 30.0,
+        why_not: str | None = None,
+        start_error: str | None = None,
         listed: Sequence[GpuInfo] | None = None,
     ) -> None:
         self.outcomes = dict(outcomes or {})
@@ -80,7 +86,7 @@ class FakeBackend:
         for g in gpus:
             out = self.outcomes.get(g.index) or good(g.index)
             self.jobs.append(FakeJob((g.index,), lambda o=out: {o.index: o}, self.delay, g.index in self.hang))
-        return list(self.jobs[-len(gpus):])
+        return list(self.jobs[-len(gpus) :])
 
 
 class FakeWatch:

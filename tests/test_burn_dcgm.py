@@ -43,47 +43,96 @@ def test_dcgm3_all_skipped_means_not_tested() -> None:
 
 
 def _doc(root: str, results: list[dict[str, object]], name: str = "memory") -> str:
-    return json.dumps({root: {"test_categories": [{"category": "Hardware", "tests": [
-        {"name": name, "results": results, "test_summary": {"status": "Fail"}}]}]}})
+    return json.dumps(
+        {
+            root: {
+                "test_categories": [
+                    {
+                        "category": "Hardware",
+                        "tests": [{"name": name, "results": results, "test_summary": {"status": "Fail"}}],
+                    }
+                ]
+            }
+        }
+    )
 
 
 @pytest.mark.parametrize(
     ("text", "expect"),
     [
         pytest.param(
-            _doc("DCGM GPU Diagnostic", [{"gpu_ids": "0", "status": "Fail", "warnings": "GPU 0 memory error count 3"},
-                                         {"gpu_ids": "1", "status": "Pass"}], "GPU Memory"),
-            {0: [Fault.DIAG_FAILED], 1: []}, id="dcgm3 fail with a warning string",
+            _doc(
+                "DCGM GPU Diagnostic",
+                [
+                    {"gpu_ids": "0", "status": "Fail", "warnings": "GPU 0 memory error count 3"},
+                    {"gpu_ids": "1", "status": "Pass"},
+                ],
+                "GPU Memory",
+            ),
+            {0: [Fault.DIAG_FAILED], 1: []},
+            id="dcgm3 fail with a warning string",
         ),
         pytest.param(
-            _doc("DCGM GPU Diagnostic", [{"gpu_ids": "0,1,2", "status": "Fail", "warnings": ["Persistence mode off"]}],
-                 "Deployment"),
+            _doc(
+                "DCGM GPU Diagnostic",
+                [{"gpu_ids": "0,1,2", "status": "Fail", "warnings": ["Persistence mode off"]}],
+                "Deployment",
+            ),
             {0: [Fault.DIAG_FAILED], 1: [Fault.DIAG_FAILED], 2: [Fault.DIAG_FAILED]},
             id="dcgm3 software result for a CSV of GPUs (no severity: counts as a failure)",
         ),
         pytest.param(
-            _doc("DCGM Diagnostic", [{"entity_group": "GPU", "entity_id": 3, "status": "Fail", "warnings": [
-                {"error_category": 2, "error_id": 50, "error_severity": 2,
-                 "warning": "Found 4 uncorrectable memory errors on GPU 3"}]}]),
-            {3: [Fault.DIAG_FAILED]}, id="dcgm4 isolate-severity failure",
+            _doc(
+                "DCGM Diagnostic",
+                [
+                    {
+                        "entity_group": "GPU",
+                        "entity_id": 3,
+                        "status": "Fail",
+                        "warnings": [
+                            {
+                                "error_category": 2,
+                                "error_id": 50,
+                                "error_severity": 2,
+                                "warning": "Found 4 uncorrectable memory errors on GPU 3",
+                            }
+                        ],
+                    }
+                ],
+            ),
+            {3: [Fault.DIAG_FAILED]},
+            id="dcgm4 isolate-severity failure",
         ),
         pytest.param(
             _doc("DCGM Diagnostic", [{"entity_group": "GPU", "entity_id": 0, "status": "Fail"}]),
-            {0: [Fault.DIAG_FAILED]}, id="fail without any warning still fails",
+            {0: [Fault.DIAG_FAILED]},
+            id="fail without any warning still fails",
         ),
         pytest.param(
-            _doc("DCGM Diagnostic", [{"entity_group": "GPU", "entity_id": 0, "status": "Warn", "warnings": [
-                {"error_id": 3, "error_severity": 1, "warning": "PCIe replay rate"}]}]),
-            {0: []}, id="warn is a note",
+            _doc(
+                "DCGM Diagnostic",
+                [
+                    {
+                        "entity_group": "GPU",
+                        "entity_id": 0,
+                        "status": "Warn",
+                        "warnings": [{"error_id": 3, "error_severity": 1, "warning": "PCIe replay rate"}],
+                    }
+                ],
+            ),
+            {0: []},
+            id="warn is a note",
         ),
         pytest.param(
             _doc("DCGM Diagnostic", [{"entity_group": "CPU", "entity_id": 0, "status": "Fail"}]),
-            {}, id="a CPU entity is not a GPU",
+            {},
+            id="a CPU entity is not a GPU",
         ),
         pytest.param(
-            "Successfully ran diagnostic for group.\n" + _doc("DCGM Diagnostic", [
-                {"entity_group": "GPU", "entity_id": 1, "status": "pass"}]),
-            {1: []}, id="text before the JSON and lower-case status",
+            "Successfully ran diagnostic for group.\n"
+            + _doc("DCGM Diagnostic", [{"entity_group": "GPU", "entity_id": 1, "status": "pass"}]),
+            {1: []},
+            id="text before the JSON and lower-case status",
         ),
     ],
 )
@@ -123,10 +172,18 @@ def fake_dcgmi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
 
 
 def test_backend_runs_dcgmi_for_all_gpus_at_once(fake_dcgmi) -> None:
-    doc = _doc("DCGM Diagnostic", [
-        {"entity_group": "GPU", "entity_id": i, "status": "Fail" if i == 1 else "Pass",
-         "warnings": [{"error_severity": 2, "error_id": 50, "warning": "memory errors"}] if i == 1 else []}
-        for i in range(2)])
+    doc = _doc(
+        "DCGM Diagnostic",
+        [
+            {
+                "entity_group": "GPU",
+                "entity_id": i,
+                "status": "Fail" if i == 1 else "Pass",
+                "warnings": [{"error_severity": 2, "error_id": 50, "warning": "memory errors"}] if i == 1 else [],
+            }
+            for i in range(2)
+        ],
+    )
     args = fake_dcgmi(doc, 226)
     backend = DcgmBackend(level=2, timeout=30)
     assert backend.unavailable() is None

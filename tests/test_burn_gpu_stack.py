@@ -51,11 +51,18 @@ def test_cublas_handle_without_a_gpu_is_an_error_not_a_crash() -> None:
         cublas.Cublas(stream=0)
 
 
-@pytest.mark.parametrize("command", [["list"], ["run", "--seconds", "1", "--matrix-size", "1024",
-                                                "--memory-fraction", "0.1", "--memory-time-share", "0.2"]])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["list"],
+        ["run", "--seconds", "1", "--matrix-size", "1024", "--memory-fraction", "0.1", "--memory-time-share", "0.2"],
+    ],
+)
 def test_real_worker_without_a_driver_says_unavailable(command: list[str]) -> None:
     _no_driver()
-    res = subprocess.run([sys.executable, "-m", "agent.burn.worker", *command], capture_output=True, text=True, timeout=60)
+    res = subprocess.run(
+        [sys.executable, "-m", "agent.burn.worker", *command], capture_output=True, text=True, timeout=60, check=False
+    )
     events = [json.loads(line) for line in res.stdout.splitlines()]
     assert res.returncode == 3, res.stderr
     assert events[-1]["event"] == "unavailable" and "cuda" in events[-1]["message"].lower()

@@ -19,8 +19,14 @@ from agent.store import Store
 
 
 def report() -> BurnReport:
-    ok = GpuVerdict(0, "pass", name="H100", gemm_flops=7e14, memory_bandwidth=2.9e12,
-                    telemetry=Telemetry(power_watts_mean=690.0, sm_clock_hz_mean=1.98e9, temperature_max_c=71, samples=60))
+    ok = GpuVerdict(
+        0,
+        "pass",
+        name="H100",
+        gemm_flops=7e14,
+        memory_bandwidth=2.9e12,
+        telemetry=Telemetry(power_watts_mean=690.0, sm_clock_hz_mean=1.98e9, temperature_max_c=71, samples=60),
+    )
     bad = GpuVerdict(1, "fail", name="H100", compute_errors=3, problems=(Problem(Fault.COMPUTE_MISMATCH, "3 of 9"),))
     untested = GpuVerdict(2, "unknown", notes=("MIG mode is on",))
     return BurnReport("builtin", 1000.0, 1062.5, (ok, bad, untested))
@@ -44,7 +50,9 @@ def test_every_burn_sample_is_declared_with_its_labels() -> None:
     store.set_sources({"burn": (("burn", "gpu1", "PreflightFailed"),)})
     store.set_events("burn", publish.findings(report(), "preflight"), samples)
     m = scrape(store)
-    assert ({"gpu": "0"}, 1.0) in m["node_health_burn_gpu_pass"] and ({"gpu": "1"}, 0.0) in m["node_health_burn_gpu_pass"]
+    assert ({"gpu": "0"}, 1.0) in m["node_health_burn_gpu_pass"] and ({"gpu": "1"}, 0.0) in m[
+        "node_health_burn_gpu_pass"
+    ]
     assert all(labels["gpu"] != "2" for labels, _ in m["node_health_burn_gpu_pass"]), "an untested GPU has no result"
     assert ({"gpu": "1", "kind": "compute"}, 3.0) in m["node_health_burn_gpu_errors"]
     assert ({"gpu": "0"}, 7e14) in m["node_health_burn_gpu_gemm_flops_per_second"]
@@ -75,8 +83,11 @@ def test_agent_run_with_gpus_but_no_driver_says_unknown(tmp_path: Path) -> None:
     agent = Agent(tmp_path, '[checks.burn]\ninterval = "1s"\n', args=["--path.sysfs", str(root)])
     try:
         agent.wait_ready()
-        wait_for(lambda: agent.value("node_health_burn_preflight_state", state="unavailable") == 1, timeout=60,
-                 what="preflight unavailable")
+        wait_for(
+            lambda: agent.value("node_health_burn_preflight_state", state="unavailable") == 1,
+            timeout=60,
+            what="preflight unavailable",
+        )
         assert agent.value("node_health_finding", check="burn", subject="preflight", reason="BurnUnavailable") == 1
         assert agent.value("node_health_finding", check="burn", subject="gpu2", reason="PreflightFailed") == 0
     finally:

@@ -8,7 +8,7 @@ import threading
 import time
 
 import pytest
-from burnfakes import FakeBackend, FakeWatch, gpus, good
+from burnfakes import FakeBackend, FakeWatch, good, gpus
 
 from agent.burn.model import BurnPlan, Fault, GpuInfo, GpuOutcome, Problem
 from agent.burn.orchestrator import Cancelled, run_burn

@@ -35,7 +35,9 @@ class Recorder:
         return [(f.subject, f.reason) for f in self.calls[i][0]]
 
     def state(self, i: int = -1) -> str:
-        [st] = [s.labels[0][1] for s in self.calls[i][1] if s.name == "node_health_burn_preflight_state" and s.value == 1]
+        [st] = [
+            s.labels[0][1] for s in self.calls[i][1] if s.name == "node_health_burn_preflight_state" and s.value == 1
+        ]
         return st
 
 
@@ -52,9 +54,14 @@ class Host:
         self.sources: list[PreflightSource] = []
 
     def start(self, **opts: object) -> tuple[PreflightSource, Recorder]:
-        runner = Runner(Settings(plan=BurnPlan(seconds=0.1)), HostPaths(), inventory=self.inventory,
-                        backends=[self.backend], watch=lambda: self.watch)
-        src = PreflightSource(runner, self.state, lambda: self.boot, Options(**opts), lambda: [])  # type: ignore[arg-type]
+        runner = Runner(
+            Settings(plan=BurnPlan(seconds=0.1)),
+            HostPaths(),
+            inventory=self.inventory,
+            backends=[self.backend],
+            watch=lambda: self.watch,
+        )
+        src = PreflightSource(runner, self.state, lambda: self.boot, Options(**opts), list)  # type: ignore[arg-type]
         rec = Recorder()
         src.start(rec)
         self.sources.append(src)
@@ -122,7 +129,9 @@ def test_failure_is_critical_names_the_gpu_and_why_and_survives_a_restart(host: 
     host.settle(rec, 2)
     [f] = rec.calls[1][0]
     assert (f.subject, f.reason, f.severity) == ("gpu1", "PreflightFailed", Severity.CRITICAL)
-    assert f.message.startswith("GPU 1 (NVIDIA H100 80GB HBM3") and "memory_errors: 17 words read back wrong" in f.message
+    assert (
+        f.message.startswith("GPU 1 (NVIDIA H100 80GB HBM3") and "memory_errors: 17 words read back wrong" in f.message
+    )
     assert rec.state(1) == "failed"
     first.stop()
     host.backend.outcomes = {}
@@ -166,7 +175,7 @@ def test_stop_during_the_burn_returns_promptly_and_leaves_no_result(host: Host) 
     src, rec = host.start()
     host.settle(rec, 1)
     src.stop()
-    assert not src._thread.is_alive()  # noqa: SLF001 - the point of the test
+    assert not src._thread.is_alive()
     assert all(j.killed for j in host.backend.jobs)
     assert (host.state.read_json(STATE_FILE) or {}).get("preflight") is None
 

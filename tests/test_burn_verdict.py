@@ -15,14 +15,18 @@ T = 1e12
 @pytest.mark.parametrize(
     ("values", "fraction", "slow"),
     [
-        pytest.param({0: 700, 1: 710, 2: 705, 3: 500}, 0.85, {3}, id="one slow of four (even count: median of the middle two)"),
+        pytest.param(
+            {0: 700, 1: 710, 2: 705, 3: 500}, 0.85, {3}, id="one slow of four (even count: median of the middle two)"
+        ),
         pytest.param({0: 700, 1: 710, 2: 705}, 0.85, set(), id="all close"),
         pytest.param({0: 700}, 0.85, set(), id="a single GPU has no peers"),
         pytest.param({0: 700, 1: 300}, 0.85, {1}, id="two GPUs: median is their mean, 505; 300 < 429"),
         pytest.param({0: 700, 1: 600}, 0.85, set(), id="two GPUs within the fraction of their mean"),
         pytest.param({0: 700, 1: 710, 2: 705, 3: 500}, 0.0, set(), id="fraction 0 turns it off"),
         pytest.param({0: 100, 1: 100, 2: 100, 3: 100, 4: 100, 5: 100, 6: 100, 7: 84}, 0.85, {7}, id="84 below 85"),
-        pytest.param({0: 100, 1: 100, 2: 100, 3: 100, 4: 100, 5: 100, 6: 100, 7: 85}, 0.85, set(), id="exactly at floor"),
+        pytest.param(
+            {0: 100, 1: 100, 2: 100, 3: 100, 4: 100, 5: 100, 6: 100, 7: 85}, 0.85, set(), id="exactly at floor"
+        ),
         pytest.param({0: 100, 1: 10, 2: 10}, 0.85, set(), id="median 10: the fast one is no straggler"),
     ],
 )
@@ -71,7 +75,9 @@ def _gpus(n: int, name: str = H100) -> list[GpuInfo]:
 def test_decide_passes_healthy_gpus_and_carries_telemetry_and_notes() -> None:
     from agent.burn.model import Telemetry
 
-    watch = {0: WatchSummary(telemetry=Telemetry(power_watts_mean=690.0, samples=3), notes=("2 corrected ECC error(s)",))}
+    watch = {
+        0: WatchSummary(telemetry=Telemetry(power_watts_mean=690.0, samples=3), notes=("2 corrected ECC error(s)",))
+    }
     [v0, v1] = decide(_gpus(2), {0: _o(0), 1: _o(1)}, watch, Thresholds())
     assert (v0.status, v1.status) == ("pass", "pass")
     assert v0.telemetry.power_watts_mean == 690.0 and "2 corrected ECC error(s)" in v0.notes

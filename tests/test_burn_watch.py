@@ -9,9 +9,15 @@ import pytest
 from agent.burn.model import Fault
 from agent.burn.watch import Accumulator, Reading
 
-BASE = dict(ecc_uncorrected=0, ecc_corrected=3, retired_pending=False, remapped_uncorrectable=2,
-            remap_pending=False, remap_failed=False)
-LOAD = dict(clocks_event_reasons=0, power_watts=690.0, sm_clock_mhz=1980, temperature_c=70)
+BASE: dict[str, object] = {
+    "ecc_uncorrected": 0,
+    "ecc_corrected": 3,
+    "retired_pending": False,
+    "remapped_uncorrectable": 2,
+    "remap_pending": False,
+    "remap_failed": False,
+}
+LOAD: dict[str, object] = {"clocks_event_reasons": 0, "power_watts": 690.0, "sm_clock_mhz": 1980, "temperature_c": 70}
 
 
 def run(readings: list[Reading], share: float = 0.1, xids: tuple[int, ...] = (), hung: float | None = None):
@@ -36,18 +42,25 @@ def start_load_end(end: dict[str, object], load: dict[str, object] | None = None
         pytest.param(start_load_end({"ecc_uncorrected": 2}), [Fault.ECC], id="new uncorrectable ECC"),
         pytest.param(start_load_end({"ecc_corrected": 9}), [], id="corrected ECC is a note, not a fault"),
         pytest.param(start_load_end({"retired_pending": True}), [Fault.ECC], id="pages pending retirement appeared"),
-        pytest.param(start_load_end({"remapped_uncorrectable": 3}), [Fault.ROW_REMAP], id="new uncorrectable remapped row"),
+        pytest.param(
+            start_load_end({"remapped_uncorrectable": 3}), [Fault.ROW_REMAP], id="new uncorrectable remapped row"
+        ),
         pytest.param(start_load_end({"remap_pending": True}), [Fault.ROW_REMAP], id="remap became pending"),
         pytest.param(start_load_end({"remap_failed": True}), [Fault.ROW_REMAP], id="remap failed"),
         pytest.param(
             [Reading(**(BASE | {"remap_pending": True})), Reading(**LOAD), Reading(**(BASE | {"remap_pending": True}))],
-            [], id="pending before the burn is the passive check's finding, not ours",
+            [],
+            id="pending before the burn is the passive check's finding, not ours",
         ),
         pytest.param(
-            [Reading(), Reading(**LOAD), Reading()], [], id="counters not supported (consumer GPU): nothing",
+            [Reading(), Reading(**LOAD), Reading()],
+            [],
+            id="counters not supported (consumer GPU): nothing",
         ),
         pytest.param(
-            [Reading(**BASE), Reading(lost=True)], [Fault.GPU_LOST], id="GPU lost during the burn",
+            [Reading(**BASE), Reading(lost=True)],
+            [Fault.GPU_LOST],
+            id="GPU lost during the burn",
         ),
     ],
 )
@@ -99,6 +112,7 @@ def test_no_readings_is_said() -> None:
 
 def test_real_pynvml_without_a_driver() -> None:
     import pynvml
+
     from agent.burn.model import GpuInfo
     from agent.burn.nvml import NvmlInventory, NvmlWatch
 

@@ -82,7 +82,9 @@ def test_a_hung_worker_is_killed_at_its_deadline_and_the_others_pass(scenario) -
 @pytest.mark.parametrize(
     ("what", "status", "fault", "text"),
     [
-        pytest.param("crash", "fail", Fault.CUDA_ERROR, "killed by SIGSEGV during gemm: Fatal Python error", id="crash"),
+        pytest.param(
+            "crash", "fail", Fault.CUDA_ERROR, "killed by SIGSEGV during gemm: Fatal Python error", id="crash"
+        ),
         pytest.param("garbage", "fail", Fault.CUDA_ERROR, "exited with code 0 during gemm", id="no result"),
         pytest.param("mismatch", "fail", Fault.COMPUTE_MISMATCH, "3 of 100 GEMM iterations", id="compute mismatch"),
         pytest.param("memory", "fail", Fault.MEMORY_ERRORS, "17 words read back wrong", id="memory errors"),
@@ -112,7 +114,8 @@ def test_workers_die_with_the_agent(scenario, tmp_path: Path) -> None:
     """SIGKILL the process running the burn: its workers must not keep burning."""
     pids = scenario({0: "hang", 1: "hang"})
     script = tmp_path / "agent_like.py"
-    script.write_text(textwrap.dedent(f"""
+    script.write_text(
+        textwrap.dedent(f"""
         import sys
         sys.path.insert(0, {str(Path(__file__).parent)!r})
         from burnfakes import gpus
@@ -123,7 +126,8 @@ def test_workers_die_with_the_agent(scenario, tmp_path: Path) -> None:
         from agent.burn.verdict import Thresholds
         run_burn(BuiltinBackend(command=[sys.executable, {FAKE!r}]), gpus(2), BurnPlan(seconds=600),
                  NoWatch("test"), Thresholds())
-    """))
+    """)
+    )
     agent = subprocess.Popen([sys.executable, str(script)])
     try:
         files = wait_for(lambda: len(list(pids.iterdir())) == 2 and list(pids.iterdir()), what="two workers")

@@ -50,7 +50,7 @@ class Backend(Protocol):
         """Seconds after the start by which every job must have finished."""
         ...
 
-    def start(self, gpus: Sequence[GpuInfo], plan: BurnPlan) -> list[Job]:
+    def start(self, gpus: Sequence[GpuInfo], plan: BurnPlan) -> Sequence[Job]:
         """Start jobs covering `gpus` and return at once. Raises BackendError."""
         ...
 

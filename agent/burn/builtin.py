@@ -22,14 +22,13 @@ from .model import BurnPlan, Fault, GpuInfo, GpuOutcome, Problem
 from .proc import Process
 
 
-
 def worker_command() -> list[str]:
     return [sys.executable, "-m", "agent.burn.worker"]
 
 
 class WorkerJob:
     def __init__(self, gpu: GpuInfo, argv: Sequence[str], env: Mapping[str, str]) -> None:
-        self.gpus = (gpu.index,)
+        self.gpus: tuple[int, ...] = (gpu.index,)
         self.index = gpu.index
         self._phase = "starting"
         self._final: dict[str, Any] | None = None
@@ -62,7 +61,9 @@ class WorkerJob:
         ev = self._final
         if ev is None:
             tail = self.process.stderr_tail()
-            msg = f"the burn worker {self.process.how_it_ended(code)} during {self._phase}" + (f": {tail}" if tail else "")
+            msg = f"the burn worker {self.process.how_it_ended(code)} during {self._phase}" + (
+                f": {tail}" if tail else ""
+            )
             return GpuOutcome(self.index, problems=(Problem(Fault.CUDA_ERROR, msg),))
         if ev["event"] != "result":
             return GpuOutcome(self.index, ran=False, notes=(f"not tested: {ev.get('message', '')}",))
@@ -82,10 +83,16 @@ def outcome_from_event(index: int, ev: Mapping[str, Any]) -> GpuOutcome:
         return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
     return GpuOutcome(
-        index=index, gemm_flops=num("gemm_flops"), memory_bandwidth=num("memory_bandwidth"),
-        iterations=int(num("iterations") or 0), compute_errors=int(num("compute_errors") or 0),
-        memory_errors=int(num("memory_errors") or 0), digest=str(ev.get("digest") or ""),
-        group=str(ev.get("group") or ""), duration=num("duration") or 0.0, problems=tuple(problems),
+        index=index,
+        gemm_flops=num("gemm_flops"),
+        memory_bandwidth=num("memory_bandwidth"),
+        iterations=int(num("iterations") or 0),
+        compute_errors=int(num("compute_errors") or 0),
+        memory_errors=int(num("memory_errors") or 0),
+        digest=str(ev.get("digest") or ""),
+        group=str(ev.get("group") or ""),
+        duration=num("duration") or 0.0,
+        problems=tuple(problems),
         notes=tuple(str(n) for n in ev.get("notes", ())),
     )
 
@@ -118,9 +125,17 @@ class BuiltinBackend:
 
     def start(self, gpus: Sequence[GpuInfo], plan: BurnPlan) -> list[WorkerJob]:
         args = [
-            "--parent-pid", str(os.getpid()), "run", "--seconds", str(plan.seconds),
-            "--matrix-size", str(plan.matrix_size), "--memory-fraction", str(plan.memory_fraction),
-            "--memory-time-share", str(plan.memory_time_share),
+            "--parent-pid",
+            str(os.getpid()),
+            "run",
+            "--seconds",
+            str(plan.seconds),
+            "--matrix-size",
+            str(plan.matrix_size),
+            "--memory-fraction",
+            str(plan.memory_fraction),
+            "--memory-time-share",
+            str(plan.memory_time_share),
         ]
         jobs: list[WorkerJob] = []
         try:
@@ -135,7 +150,11 @@ class BuiltinBackend:
     def discover(self) -> list[GpuInfo]:
         try:
             res = subprocess.run(
-                [*self.command, "list"], env=self._env(None), capture_output=True, timeout=120, check=False,
+                [*self.command, "list"],
+                env=self._env(None),
+                capture_output=True,
+                timeout=120,
+                check=False,
             )
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise BackendError(f"listing the GPUs with CUDA failed: {exc}") from None

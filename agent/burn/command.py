@@ -21,12 +21,15 @@ def register(sub: Any) -> None:
     from ..cli import _common
 
     p = sub.add_parser(
-        "burn", help="burn the GPUs now and print the result (exit 0 pass, 1 fail)",
+        "burn",
+        help="burn the GPUs now and print the result (exit 0 pass, 1 fail)",
         description="Stress every GPU (GEMM on the tensor cores, memory pattern test) in parallel, "
         "verify the results, compare the GPUs, watch NVML; print one line per GPU.",
     )
     _common(p)
-    p.add_argument("--seconds", type=float, metavar="N", help="burn each GPU for N seconds (default: checks.burn.duration)")
+    p.add_argument(
+        "--seconds", type=float, metavar="N", help="burn each GPU for N seconds (default: checks.burn.duration)"
+    )
     p.add_argument("--gpus", metavar="0,1,…", help="only these GPU indices (as nvidia-smi numbers them)")
     p.add_argument("--backend", choices=("auto", "builtin", "dcgm"), help="override checks.burn.backend")
     p.add_argument("--json", action="store_true", help="one JSON object instead of a table")
@@ -110,14 +113,20 @@ def _detail(g: GpuVerdict) -> str:
 def render(report: BurnReport, out: TextIO) -> None:
     rows = [("GPU", "MODEL", "RESULT", "TFLOP/S", "MEM GB/S", "ERRORS", "DETAIL")]
     for g in report.gpus:
-        rows.append((
-            str(g.index), g.name or "-", g.status.upper(), _fmt(g.gemm_flops, 1e12), _fmt(g.memory_bandwidth, 1e9),
-            str(g.compute_errors + g.memory_errors), _detail(g),
-        ))
+        rows.append(
+            (
+                str(g.index),
+                g.name or "-",
+                g.status.upper(),
+                _fmt(g.gemm_flops, 1e12),
+                _fmt(g.memory_bandwidth, 1e9),
+                str(g.compute_errors + g.memory_errors),
+                _detail(g),
+            )
+        )
     if len(rows) > 1:
         widths = [max(len(r[i]) for r in rows) for i in range(6)]
-        for r in rows:
-            out.write("  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[6] + "\n")
+        out.writelines("  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[6] + "\n" for r in rows)
         out.write("\n")
     why = report.error or report.unavailable or report.note
     out.write(f"burn: {report.status} ({report.backend}, {report.duration:.0f}s)" + (f": {why}" if why else "") + "\n")

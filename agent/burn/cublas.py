@@ -26,7 +26,7 @@ class CublasError(Exception):
 def load_library() -> ctypes.CDLL:
     """libcublas from the wheel (or a CUDA install). Raises CublasError."""
     try:
-        from cuda.pathfinder import load_nvidia_dynamic_lib
+        from cuda.pathfinder import load_nvidia_dynamic_lib  # type: ignore[import-untyped]
 
         return ctypes.CDLL(load_nvidia_dynamic_lib("cublas").abs_path)
     except Exception as exc:  # noqa: BLE001 - ImportError or pathfinder's DynamicLibNotFoundError
@@ -40,13 +40,33 @@ def declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.cublasSetStream_v2.argtypes = [vp, vp]
     lib.cublasGetProperty.argtypes = [c_int, ctypes.POINTER(c_int)]
     lib.cublasGemmEx.argtypes = [
-        vp, c_int, c_int, c_int, c_int, c_int,  # handle, transa, transb, m, n, k
-        vp, vp, c_int, c_int,  # alpha, A, Atype, lda
-        vp, c_int, c_int,  # B, Btype, ldb
-        vp, vp, c_int, c_int,  # beta, C, Ctype, ldc
-        c_int, c_int,  # computeType, algo
+        vp,
+        c_int,
+        c_int,
+        c_int,
+        c_int,
+        c_int,  # handle, transa, transb, m, n, k
+        vp,
+        vp,
+        c_int,
+        c_int,  # alpha, A, Atype, lda
+        vp,
+        c_int,
+        c_int,  # B, Btype, ldb
+        vp,
+        vp,
+        c_int,
+        c_int,  # beta, C, Ctype, ldc
+        c_int,
+        c_int,  # computeType, algo
     ]
-    for fn in (lib.cublasCreate_v2, lib.cublasDestroy_v2, lib.cublasSetStream_v2, lib.cublasGetProperty, lib.cublasGemmEx):
+    for fn in (
+        lib.cublasCreate_v2,
+        lib.cublasDestroy_v2,
+        lib.cublasSetStream_v2,
+        lib.cublasGetProperty,
+        lib.cublasGemmEx,
+    ):
         fn.restype = c_int
     return lib
 
@@ -76,11 +96,25 @@ class Cublas:
     def gemm_bf16(self, n: int, a: int, b: int, c: int) -> None:
         """C = A·B for column-major n×n matrices, queued on the stream."""
         s = self.lib.cublasGemmEx(
-            self.handle, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n,
-            ctypes.byref(self._one), a, CUDA_R_16BF, n,
-            b, CUDA_R_16BF, n,
-            ctypes.byref(self._zero), c, CUDA_R_32F, n,
-            CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT,
+            self.handle,
+            CUBLAS_OP_N,
+            CUBLAS_OP_N,
+            n,
+            n,
+            n,
+            ctypes.byref(self._one),
+            a,
+            CUDA_R_16BF,
+            n,
+            b,
+            CUDA_R_16BF,
+            n,
+            ctypes.byref(self._zero),
+            c,
+            CUDA_R_32F,
+            n,
+            CUBLAS_COMPUTE_32F,
+            CUBLAS_GEMM_DEFAULT,
         )
         _check(s, "cublasGemmEx")
 

@@ -23,7 +23,7 @@ class CudaError(Exception):
 
 class Device:
     def __init__(self, ordinal: int = 0) -> None:
-        from cuda.bindings import driver as cu
+        from cuda.bindings import driver as cu  # type: ignore[import-untyped]
 
         self.cu = cu
         self.check(cu.cuInit(0), "cuInit")
@@ -90,7 +90,9 @@ class Device:
 
     def load(self, cubin: bytes, names: Sequence[str]) -> dict[str, Any]:
         module = self.check(self.cu.cuModuleLoadData(cubin), "cuModuleLoadData")
-        return {n: self.check(self.cu.cuModuleGetFunction(module, n.encode()), f"cuModuleGetFunction({n})") for n in names}
+        return {
+            n: self.check(self.cu.cuModuleGetFunction(module, n.encode()), f"cuModuleGetFunction({n})") for n in names
+        }
 
     def launch(self, fn: Any, blocks: int, threads: int, args: Sequence[Arg]) -> None:
         # cuLaunchKernel copies the parameter values at the call, so these

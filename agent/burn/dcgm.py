@@ -49,7 +49,7 @@ def _root(doc: Any) -> Mapping[str, Any]:
         for key in ("DCGM Diagnostic", "DCGM GPU Diagnostic"):
             if isinstance(doc.get(key), dict):
                 return doc[key]  # type: ignore[no-any-return]
-    raise ValueError("not a dcgmi diag JSON document (no \"DCGM Diagnostic\" or \"DCGM GPU Diagnostic\")")
+    raise ValueError('not a dcgmi diag JSON document (no "DCGM Diagnostic" or "DCGM GPU Diagnostic")')
 
 
 def _gpu_ids(result: Mapping[str, Any]) -> list[int]:
@@ -122,7 +122,7 @@ def _outcome(index: int, g: _Gpu) -> GpuOutcome:
 
 class DcgmJob:
     def __init__(self, argv: Sequence[str], gpus: Sequence[int]) -> None:
-        self.gpus = tuple(gpus)
+        self.gpus: tuple[int, ...] = tuple(gpus)
         self._out: list[bytes] = []
         self._size = 0
         self.process = Process(argv, None, self._line)

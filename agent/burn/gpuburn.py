@@ -152,8 +152,16 @@ class Burn:
             base += size // 8
         base = 0
         for p, size in chunks:
-            self._launch("nha_mem_verify", ptr(p), u64(size // 8), u64(base), u64(seed), u64(invert),
-                         ptr(counters), ptr(counters + 8))
+            self._launch(
+                "nha_mem_verify",
+                ptr(p),
+                u64(size // 8),
+                u64(base),
+                u64(seed),
+                u64(invert),
+                ptr(counters),
+                ptr(counters + 8),
+            )
             base += size // 8
 
 

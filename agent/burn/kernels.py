@@ -124,7 +124,7 @@ class CompileError(Exception):
 
 def compile_cubin(major: int, minor: int) -> bytes:
     """The kernels as a cubin for compute capability `major.minor`. Raises CompileError."""
-    from cuda.bindings import nvrtc
+    from cuda.bindings import nvrtc  # type: ignore[import-untyped]
 
     def check(result: tuple[object, ...], what: str) -> tuple[object, ...]:
         if result[0] != nvrtc.nvrtcResult.NVRTC_SUCCESS:
@@ -139,8 +139,10 @@ def compile_cubin(major: int, minor: int) -> bytes:
             _, size = nvrtc.nvrtcGetProgramLogSize(prog)
             log = b" " * size
             nvrtc.nvrtcGetProgramLog(prog, log)
-            raise CompileError(f"NVRTC could not compile the burn kernels for sm_{major}{minor}: "
-                               f"{log.decode(errors='replace').strip()}")
+            raise CompileError(
+                f"NVRTC could not compile the burn kernels for sm_{major}{minor}: "
+                f"{log.decode(errors='replace').strip()}"
+            )
         _, size = check(nvrtc.nvrtcGetCUBINSize(prog), "nvrtcGetCUBINSize")
         cubin = b" " * size  # type: ignore[operator]
         check(nvrtc.nvrtcGetCUBIN(prog, cubin), "nvrtcGetCUBIN")

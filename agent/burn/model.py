@@ -114,7 +114,9 @@ class GpuVerdict:
 
     def summary(self) -> str:
         """One line for a finding: which GPU, and why it failed."""
-        head = f"GPU {self.index}" + (f" ({self.name}" + (f", {self.uuid}" if self.uuid else "") + ")" if self.name else "")
+        head = f"GPU {self.index}" + (
+            f" ({self.name}" + (f", {self.uuid}" if self.uuid else "") + ")" if self.name else ""
+        )
         if not self.problems:
             return f"{head}: {self.status}"
         return f"{head}: " + "; ".join(f"{p.fault.value}: {p.message}" for p in self.problems)
@@ -163,9 +165,14 @@ class BurnReport:
             g["telemetry"] = Telemetry(**g.get("telemetry", {}))
             gpus.append(GpuVerdict(**g))
         return BurnReport(
-            backend=str(d["backend"]), started=float(d["started"]), finished=float(d["finished"]),
-            gpus=tuple(gpus), no_gpu=bool(d.get("no_gpu")), unavailable=str(d.get("unavailable", "")),
-            error=str(d.get("error", "")), note=str(d.get("note", "")),
+            backend=str(d["backend"]),
+            started=float(d["started"]),
+            finished=float(d["finished"]),
+            gpus=tuple(gpus),
+            no_gpu=bool(d.get("no_gpu")),
+            unavailable=str(d.get("unavailable", "")),
+            error=str(d.get("error", "")),
+            note=str(d.get("note", "")),
         )
 
 

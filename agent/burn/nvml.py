@@ -30,7 +30,7 @@ class _Lost(Exception):
 
 def _nvml() -> Any | None:
     try:
-        import pynvml
+        import pynvml  # type: ignore[import-untyped]
 
         pynvml.nvmlInit()
     except ImportError:
@@ -115,8 +115,12 @@ def read(nv: Any, h: Any, counters: bool) -> Reading:
         remap = get(nv.nvmlDeviceGetRemappedRows)
         pending = get(nv.nvmlDeviceGetRetiredPagesPendingStatus)
         fields.update(
-            ecc_uncorrected=get(nv.nvmlDeviceGetTotalEccErrors, nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nv.NVML_VOLATILE_ECC),
-            ecc_corrected=get(nv.nvmlDeviceGetTotalEccErrors, nv.NVML_MEMORY_ERROR_TYPE_CORRECTED, nv.NVML_VOLATILE_ECC),
+            ecc_uncorrected=get(
+                nv.nvmlDeviceGetTotalEccErrors, nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nv.NVML_VOLATILE_ECC
+            ),
+            ecc_corrected=get(
+                nv.nvmlDeviceGetTotalEccErrors, nv.NVML_MEMORY_ERROR_TYPE_CORRECTED, nv.NVML_VOLATILE_ECC
+            ),
             retired_pending=bool(pending) if pending is not None else None,
             remapped_uncorrectable=remap[1] if remap else None,
             remap_pending=bool(remap[2]) if remap else None,
@@ -164,7 +168,7 @@ class NvmlWatch:
             handles = {i: h for i, h in handles.items() if h is not None}
             es = self._register_xids(nv, handles)
             self._loop(nv, handles, es)
-        except Exception:  # noqa: BLE001 - the watch must not take the burn down
+        except Exception:
             log.exception("the NVML watch failed")
             self._notes = ("the NVML watch failed; see the agent log",)
         finally:

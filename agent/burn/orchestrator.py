@@ -34,14 +34,15 @@ def run_burn(
     testable = [g for g in gpus if not g.mig]
     outcomes: dict[int, GpuOutcome] = {
         g.index: GpuOutcome(g.index, ran=False, notes=("MIG mode is on: CUDA sees its instances, not the GPU",))
-        for g in gpus if g.mig
+        for g in gpus
+        if g.mig
     }
     watch.start(testable)
+    jobs: list[Job] = []
     try:
-        jobs = backend.start(testable, plan) if testable else []
+        jobs = list(backend.start(testable, plan)) if testable else []
     except BackendError as exc:
         log.error("burn backend %s could not start: %s", backend.name, exc)
-        jobs = []
         outcomes.update({g.index: GpuOutcome(g.index, ran=False, notes=(f"{backend.name}: {exc}",)) for g in testable})
     try:
         outcomes.update(_wait(jobs, backend.time_limit(plan), cancel))

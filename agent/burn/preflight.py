@@ -59,11 +59,14 @@ class BurnState:
             return BurnState(boot_id)
 
     def save(self, state: StateDir) -> None:
-        state.write_json(STATE_FILE, {
-            "boot_id": self.boot_id,
-            "preflight": self.preflight.as_dict() if self.preflight else None,
-            "retest": self.retest.as_dict() if self.retest else None,
-        })
+        state.write_json(
+            STATE_FILE,
+            {
+                "boot_id": self.boot_id,
+                "preflight": self.preflight.as_dict() if self.preflight else None,
+                "retest": self.retest.as_dict() if self.retest else None,
+            },
+        )
 
 
 @dataclass
@@ -83,7 +86,11 @@ class PreflightSource:
     name = "burn"
 
     def __init__(
-        self, runner: Runner, state: StateDir, boot_id: Callable[[], str], options: Options,
+        self,
+        runner: Runner,
+        state: StateDir,
+        boot_id: Callable[[], str],
+        options: Options,
         known: Callable[[], Iterable[tuple[str, str]]],
     ) -> None:
         self.runner, self.state, self.boot_id, self.options = runner, state, boot_id, options
@@ -119,7 +126,7 @@ class PreflightSource:
                 self._periodic(emit, st)
         except Cancelled:
             log.info("burn cancelled: the agent is stopping")
-        except Exception as exc:  # noqa: BLE001 - a check can fail, the agent cannot
+        except Exception as exc:
             log.exception("the burn preflight failed")
             if self.options.preflight and (self._burn is None or not self._burn.preflight_done()):
                 emit(pending(f"the preflight could not complete ({type(exc).__name__}: {exc}); see the agent log"), [])
@@ -136,7 +143,10 @@ class PreflightSource:
         key = (kind, report.status)
         self._run.runs[key] = self._run.runs.get(key, 0) + 1
         (log.error if report.status == "fail" else log.info)(
-            "%s burn: %s (%s)", kind, report.status, "; ".join(g.summary() for g in report.gpus) or report.note,
+            "%s burn: %s (%s)",
+            kind,
+            report.status,
+            "; ".join(g.summary() for g in report.gpus) or report.note,
         )
         return report
 

@@ -24,8 +24,12 @@ class Process:
         self._on_line = on_line
         self._stderr: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL)
         self.proc = subprocess.Popen(
-            list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            env=dict(env) if env is not None else None, start_new_session=True,
+            list(argv),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=dict(env) if env is not None else None,
+            start_new_session=True,
         )
         self._readers = [
             threading.Thread(target=self._read, args=(self.proc.stdout, on_line), daemon=True),

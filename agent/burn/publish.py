@@ -55,9 +55,7 @@ def state_of(report: BurnReport | None, running: bool) -> str:
     return {"pass": "passed", "fail": "failed"}.get(report.status, "unavailable")
 
 
-def samples(
-    last: BurnReport | None, preflight_state: str, runs: Mapping[tuple[str, str], int]
-) -> list[Sample]:
+def samples(last: BurnReport | None, preflight_state: str, runs: Mapping[tuple[str, str], int]) -> list[Sample]:
     b = ObservationBuilder(CHECK)
     for st in STATES:
         b.sample("node_health_burn_preflight_state", 1 if st == preflight_state else 0, state=st)

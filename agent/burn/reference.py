@@ -32,12 +32,12 @@ def mix(z: int) -> int:
 def input_bf16(seed: int, idx: int) -> int:
     h = mix(idx + seed * GOLDEN)
     k = (h >> 40) - (1 << 23)
-    bits = struct.unpack("<I", struct.pack("<f", k / 8388608.0))[0]
+    bits = int(struct.unpack("<I", struct.pack("<f", k / 8388608.0))[0])
     return bits >> 16
 
 
 def bf16_value(bits: int) -> float:
-    return struct.unpack("<f", struct.pack("<I", bits << 16))[0]
+    return float(struct.unpack("<f", struct.pack("<I", bits << 16))[0])
 
 
 def pattern(seed: int, word: int) -> int:
@@ -63,9 +63,7 @@ def sample_positions(n: int, count: int, seed: int) -> list[tuple[int, int]]:
     return [(mix(seed + 2 * i) % n, mix(seed + 2 * i + 1) % n) for i in range(count)]
 
 
-def check_samples(
-    n: int, seed_a: int, seed_b: int, samples: Iterable[tuple[int, int, float]]
-) -> list[str]:
+def check_samples(n: int, seed_a: int, seed_b: int, samples: Iterable[tuple[int, int, float]]) -> list[str]:
     """Messages for sampled (row, col, GPU value) that disagree with the reference."""
     bad = []
     for row, col, got in samples:

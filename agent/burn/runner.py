@@ -72,10 +72,17 @@ class Runner:
 
         self.settings, self.paths = settings, paths
         self.inventory: Inventory = inventory or NvmlInventory()
-        self.backends = list(backends) if backends is not None else [
-            BuiltinBackend(), DcgmBackend(level=settings.dcgm_level, timeout=settings.dcgm_timeout),
-        ]
-        self._watch = watch or (lambda: NvmlWatch(throttle_share=settings.throttle_share, interval=settings.watch_interval))
+        self.backends: list[Backend] = (
+            list(backends)
+            if backends is not None
+            else [
+                BuiltinBackend(),
+                DcgmBackend(level=settings.dcgm_level, timeout=settings.dcgm_timeout),
+            ]
+        )
+        self._watch = watch or (
+            lambda: NvmlWatch(throttle_share=settings.throttle_share, interval=settings.watch_interval)
+        )
         self._prober = Prober("burn")
 
     def backend(self) -> tuple[Backend | None, str]:
@@ -114,7 +121,10 @@ class Runner:
         return Discovery(gpus=tuple(gpus), note="NVML is not available: GPUs listed by CUDA, not watched")
 
     def burn(
-        self, found: Discovery, only: Sequence[int] | None = None, cancel: threading.Event | None = None,
+        self,
+        found: Discovery,
+        only: Sequence[int] | None = None,
+        cancel: threading.Event | None = None,
         seconds: float | None = None,
     ) -> BurnReport:
         now = time.time()

@@ -20,7 +20,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from .model import Fault, GpuInfo, GpuOutcome, GpuVerdict, Problem, Telemetry
+from .model import Fault, GpuInfo, GpuOutcome, GpuVerdict, Problem, Status, Telemetry
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,9 +79,7 @@ def digest_outliers(outcomes: Iterable[GpuOutcome]) -> dict[int, str]:
     return out
 
 
-def _slow(
-    gpus: Mapping[int, GpuInfo], outcomes: Mapping[int, GpuOutcome], th: Thresholds
-) -> dict[int, list[Problem]]:
+def _slow(gpus: Mapping[int, GpuInfo], outcomes: Mapping[int, GpuOutcome], th: Thresholds) -> dict[int, list[Problem]]:
     out: dict[int, list[Problem]] = {}
     specs = (
         (Fault.SLOW_GEMM, "gemm_flops", th.expected_gemm_tflops, 1e12, "TFLOP/s"),
@@ -95,10 +93,13 @@ def _slow(
                 by_model.setdefault(gpus[i].name, {})[i] = value
         for model, values in by_model.items():
             for i, (v, med) in stragglers(values, th.straggler_fraction).items():
-                out.setdefault(i, []).append(Problem(
-                    fault, f"{v / unit:.1f} {label} is below {th.straggler_fraction:.0%} of the node median "
-                    f"{med / unit:.1f} {label} for {model or 'this model'}",
-                ))
+                out.setdefault(i, []).append(
+                    Problem(
+                        fault,
+                        f"{v / unit:.1f} {label} is below {th.straggler_fraction:.0%} of the node median "
+                        f"{med / unit:.1f} {label} for {model or 'this model'}",
+                    )
+                )
             floor = expected.get(model)
             if floor is None:
                 continue
@@ -131,10 +132,20 @@ def decide(
             problems.append(Problem(Fault.COMPUTE_MISMATCH, digests[g.index]))
         problems += slow.get(g.index, [])
         problems += w.problems
-        status = "fail" if problems else ("pass" if o.ran else "unknown")
-        verdicts.append(GpuVerdict(
-            index=g.index, status=status, name=g.name, uuid=g.uuid, gemm_flops=o.gemm_flops,
-            memory_bandwidth=o.memory_bandwidth, compute_errors=o.compute_errors, memory_errors=o.memory_errors,
-            problems=tuple(problems), notes=o.notes + w.notes, telemetry=w.telemetry,
-        ))
+        status: Status = "fail" if problems else ("pass" if o.ran else "unknown")
+        verdicts.append(
+            GpuVerdict(
+                index=g.index,
+                status=status,
+                name=g.name,
+                uuid=g.uuid,
+                gemm_flops=o.gemm_flops,
+                memory_bandwidth=o.memory_bandwidth,
+                compute_errors=o.compute_errors,
+                memory_errors=o.memory_errors,
+                problems=tuple(problems),
+                notes=o.notes + w.notes,
+                telemetry=w.telemetry,
+            )
+        )
     return verdicts

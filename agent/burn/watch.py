@@ -17,7 +17,14 @@ from .verdict import WatchSummary
 
 HW_SLOWDOWN = {0x8: "hardware slowdown", 0x40: "hardware thermal slowdown", 0x80: "hardware power brake"}
 HW_SLOWDOWN_MASK = sum(HW_SLOWDOWN)
-COUNTERS = ("ecc_uncorrected", "ecc_corrected", "retired_pending", "remapped_uncorrectable", "remap_pending", "remap_failed")
+COUNTERS = (
+    "ecc_uncorrected",
+    "ecc_corrected",
+    "retired_pending",
+    "remapped_uncorrectable",
+    "remap_pending",
+    "remap_failed",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,19 +89,26 @@ class Accumulator:
     def summary(self) -> WatchSummary:
         problems: list[Problem] = []
         if self.lost:
-            problems.append(Problem(Fault.GPU_LOST, "NVML reports the GPU lost (NVML_ERROR_GPU_IS_LOST) during the burn"))
+            problems.append(
+                Problem(Fault.GPU_LOST, "NVML reports the GPU lost (NVML_ERROR_GPU_IS_LOST) during the burn")
+            )
         if self.hung_for is not None:
-            problems.append(Problem(Fault.GPU_LOST, f"an NVML call on this GPU has not returned for {self.hung_for:.0f}s"))
+            problems.append(
+                Problem(Fault.GPU_LOST, f"an NVML call on this GPU has not returned for {self.hung_for:.0f}s")
+            )
         if self.xids:
             codes = ", ".join(str(x) for x in sorted(set(self.xids)))
             problems.append(Problem(Fault.XID, f"Xid {codes} reported by NVML during the burn"))
         problems += self._counter_problems()
         if self.samples and self.throttled / self.samples > self.throttle_share:
             names = ", ".join(n for bit, n in HW_SLOWDOWN.items() if self.throttle_bits & bit)
-            problems.append(Problem(
-                Fault.THROTTLE, f"{names} in {self.throttled} of {self.samples} samples under load "
-                f"(more than {self.throttle_share:.0%})",
-            ))
+            problems.append(
+                Problem(
+                    Fault.THROTTLE,
+                    f"{names} in {self.throttled} of {self.samples} samples under load "
+                    f"(more than {self.throttle_share:.0%})",
+                )
+            )
         return WatchSummary(problems=tuple(problems), telemetry=self._telemetry(), notes=self._notes())
 
     def _delta(self, name: str) -> int:
@@ -111,7 +125,9 @@ class Accumulator:
         if self._appeared("retired_pending"):
             out.append(Problem(Fault.ECC, "pages pending retirement appeared during the burn (reset or reboot needed)"))
         if new_unc := self._delta("remapped_uncorrectable"):
-            out.append(Problem(Fault.ROW_REMAP, f"{new_unc} new row(s) remapped for uncorrectable errors during the burn"))
+            out.append(
+                Problem(Fault.ROW_REMAP, f"{new_unc} new row(s) remapped for uncorrectable errors during the burn")
+            )
         if self._appeared("remap_pending"):
             out.append(Problem(Fault.ROW_REMAP, "a row remap became pending during the burn (GPU reset needed)"))
         if self._appeared("remap_failed"):

@@ -88,31 +88,48 @@ def _result_event(r: Any, group: str, problems: list[dict[str, str]], duration: 
     if r is None:
         return event | {"problems": problems}
     if r.compute_errors:
-        problems.append({"fault": Fault.COMPUTE_MISMATCH.value, "message":
-                         f"{r.compute_errors} of {r.iterations} GEMM iterations gave a result that differs "
-                         "from the first one, with the same inputs"})
+        problems.append(
+            {
+                "fault": Fault.COMPUTE_MISMATCH.value,
+                "message": f"{r.compute_errors} of {r.iterations} GEMM iterations gave a result that differs "
+                "from the first one, with the same inputs",
+            }
+        )
     if r.nonfinite:
-        problems.append({"fault": Fault.COMPUTE_MISMATCH.value, "message":
-                         f"{r.nonfinite} NaN/Inf values in GEMM results from finite inputs"})
+        problems.append(
+            {
+                "fault": Fault.COMPUTE_MISMATCH.value,
+                "message": f"{r.nonfinite} NaN/Inf values in GEMM results from finite inputs",
+            }
+        )
     problems += [{"fault": Fault.COMPUTE_MISMATCH.value, "message": m} for m in r.reference_errors]
     if r.memory_errors:
-        problems.append({"fault": Fault.MEMORY_ERRORS.value, "message":
-                         f"{r.memory_errors} 64-bit words read back wrong in the memory pattern test "
-                         f"(first at byte offset {8 * (r.first_bad_word or 0):#x} of the tested range)"})
+        problems.append(
+            {
+                "fault": Fault.MEMORY_ERRORS.value,
+                "message": f"{r.memory_errors} 64-bit words read back wrong in the memory pattern test "
+                f"(first at byte offset {8 * (r.first_bad_word or 0):#x} of the tested range)",
+            }
+        )
     return event | {
-        "gemm_flops": r.gemm_flops, "memory_bandwidth": r.memory_bandwidth, "iterations": r.iterations,
+        "gemm_flops": r.gemm_flops,
+        "memory_bandwidth": r.memory_bandwidth,
+        "iterations": r.iterations,
         "compute_errors": r.compute_errors + r.nonfinite + len(r.reference_errors),
-        "memory_errors": r.memory_errors, "digest": r.digest, "notes": r.notes, "problems": problems,
+        "memory_errors": r.memory_errors,
+        "digest": r.digest,
+        "notes": r.notes,
+        "problems": problems,
     }
 
 
 def list_devices() -> int:
     try:
-        from cuda.bindings import driver as cu
+        from cuda.bindings import driver as cu  # type: ignore[import-untyped]
 
         from .cuda import CudaError
 
-        err, = cu.cuInit(0)
+        (err,) = cu.cuInit(0)
         if err != cu.CUresult.CUDA_SUCCESS:
             raise CudaError("cuInit", str(err))
         _, count = cu.cuDeviceGetCount()

@@ -23,40 +23,80 @@ if TYPE_CHECKING:
 
 REASONS: tuple[Reason, ...] = (
     Reason(
-        "PreflightPending", Severity.WARNING,
-        "The boot-time GPU burn test has not passed yet in this boot (it is running); the node is held back until it does.",
+        "PreflightPending",
+        Severity.WARNING,
+        "The boot-time GPU burn test has not passed yet in this boot (it is running); "
+        "the node is held back until it does.",
         family="Preflight",
     ),
     Reason(
-        "PreflightFailed", Severity.CRITICAL,
-        "The boot-time GPU burn test failed on this GPU (the message says how); held until a reboot or a forced re-run passes.",
+        "PreflightFailed",
+        Severity.CRITICAL,
+        "The boot-time GPU burn test failed on this GPU (the message says how); "
+        "held until a reboot or a forced re-run passes.",
         family="Preflight",
     ),
-    Reason("BurnFailed", Severity.CRITICAL, "A periodic GPU burn re-test failed on this GPU (the message says how).", family="GPU"),
     Reason(
-        "BurnUnavailable", Severity.WARNING,
-        "The GPU burn test could not run here, or could not test some GPUs (no backend, no driver, MIG); nothing is known.",
-        unknown=True, family="GPU",
+        "BurnFailed",
+        Severity.CRITICAL,
+        "A periodic GPU burn re-test failed on this GPU (the message says how).",
+        family="GPU",
+    ),
+    Reason(
+        "BurnUnavailable",
+        Severity.WARNING,
+        "The GPU burn test could not run here, or could not test some GPUs (no backend, no driver, MIG); "
+        "nothing is known.",
+        unknown=True,
+        family="GPU",
     ),
 )
 
 _GPU = ("gpu",)
 METRICS: tuple[MetricSpec, ...] = (
-    MetricSpec("node_health_burn_preflight_state", "gauge",
-               "1 for the preflight's state: pending, passed, failed, no_gpu, unavailable or disabled.", ("state",)),
-    MetricSpec("node_health_burn_runs_total", "counter", "Burns since the agent started, by kind and result.", ("kind", "result")),
+    MetricSpec(
+        "node_health_burn_preflight_state",
+        "gauge",
+        "1 for the preflight's state: pending, passed, failed, no_gpu, unavailable or disabled.",
+        ("state",),
+    ),
+    MetricSpec(
+        "node_health_burn_runs_total",
+        "counter",
+        "Burns since the agent started, by kind and result.",
+        ("kind", "result"),
+    ),
     MetricSpec("node_health_burn_duration_seconds", "gauge", "Wall time of the last burn."),
     MetricSpec("node_health_burn_last_timestamp_seconds", "gauge", "Unix time the last burn finished."),
-    MetricSpec("node_health_burn_gpu_pass", "gauge", "1 if the GPU passed the last burn, 0 if it failed (absent: not tested).", _GPU),
-    MetricSpec("node_health_burn_gpu_errors", "gauge",
-               "Errors the last burn found: compute (GEMM results that differ) or memory (words read back wrong).",
-               ("gpu", "kind")),
-    MetricSpec("node_health_burn_gpu_gemm_flops_per_second", "gauge", "BF16 tensor-core GEMM rate in the last burn.", _GPU),
-    MetricSpec("node_health_burn_gpu_memory_bandwidth_bytes_per_second", "gauge",
-               "Bytes written and read back per second by the last burn's memory pattern test.", _GPU),
+    MetricSpec(
+        "node_health_burn_gpu_pass",
+        "gauge",
+        "1 if the GPU passed the last burn, 0 if it failed (absent: not tested).",
+        _GPU,
+    ),
+    MetricSpec(
+        "node_health_burn_gpu_errors",
+        "gauge",
+        "Errors the last burn found: compute (GEMM results that differ) or memory (words read back wrong).",
+        ("gpu", "kind"),
+    ),
+    MetricSpec(
+        "node_health_burn_gpu_gemm_flops_per_second", "gauge", "BF16 tensor-core GEMM rate in the last burn.", _GPU
+    ),
+    MetricSpec(
+        "node_health_burn_gpu_memory_bandwidth_bytes_per_second",
+        "gauge",
+        "Bytes written and read back per second by the last burn's memory pattern test.",
+        _GPU,
+    ),
     MetricSpec("node_health_burn_gpu_power_watts", "gauge", "Mean board power during the last burn (NVML).", _GPU),
     MetricSpec("node_health_burn_gpu_sm_clock_hertz", "gauge", "Mean SM clock during the last burn (NVML).", _GPU),
-    MetricSpec("node_health_burn_gpu_temperature_max_celsius", "gauge", "Highest GPU temperature during the last burn (NVML).", _GPU),
+    MetricSpec(
+        "node_health_burn_gpu_temperature_max_celsius",
+        "gauge",
+        "Highest GPU temperature during the last burn (NVML).",
+        _GPU,
+    ),
 )
 
 
@@ -68,28 +108,40 @@ def _multiple_of_64(value: int) -> str | None:
 class BurnConfig(CheckConfig):
     interval: float = opt(60.0, "How often the check shows the persisted burn result.", duration=True, min=1)
     backend: Literal["auto", "builtin", "dcgm"] = opt(
-        "auto", "builtin: cuda-bindings + cuBLAS (pip install node-health-agent[gpu]); dcgm: dcgmi diag; auto: builtin, else dcgm.")
-    duration: float = opt(60.0, "How long each GPU burns (the GEMM, then the memory test); all GPUs at once.",
-                          duration=True, min=1)
+        "auto",
+        "builtin: cuda-bindings + cuBLAS (pip install node-health-agent[gpu]); dcgm: dcgmi diag; "
+        "auto: builtin, else dcgm.",
+    )
+    duration: float = opt(
+        60.0, "How long each GPU burns (the GEMM, then the memory test); all GPUs at once.", duration=True, min=1
+    )
     matrix_size: int = opt(16384, "Side of the square BF16 GEMM matrices.", min=1024, max=65536, check=_multiple_of_64)
     memory_fraction: float = opt(0.85, "Share of each GPU's free memory the pattern test covers.", min=0.01, max=0.95)
     memory_time_share: float = opt(0.25, "Share of the duration spent on the memory test.", min=0.05, max=0.9)
-    hang_timeout: float = opt(60.0, "Time past the duration after which a GPU's worker counts as hung (and fails).",
-                              duration=True, min=10)
+    hang_timeout: float = opt(
+        60.0, "Time past the duration after which a GPU's worker counts as hung (and fails).", duration=True, min=10
+    )
     straggler_fraction: float = opt(
-        0.85, "A GPU below this share of the node median (same model) fails as slow; 0 turns it off.", min=0, max=1)
+        0.85, "A GPU below this share of the node median (same model) fails as slow; 0 turns it off.", min=0, max=1
+    )
     expected_gemm_tflops: Mapping[str, float] = opt(
-        MappingProxyType({}), "Model name (as NVML says it) = lowest acceptable GEMM TFLOP/s.")
+        MappingProxyType({}), "Model name (as NVML says it) = lowest acceptable GEMM TFLOP/s."
+    )
     expected_memory_gbps: Mapping[str, float] = opt(
-        MappingProxyType({}), "Model name = lowest acceptable memory-test GB/s.")
+        MappingProxyType({}), "Model name = lowest acceptable memory-test GB/s."
+    )
     throttle_share: float = opt(
-        0.1, "A GPU with hardware slowdown, thermal slowdown or power brake in more than this share of samples fails.",
-        min=0, max=1)
+        0.1,
+        "A GPU with hardware slowdown, thermal slowdown or power brake in more than this share of samples fails.",
+        min=0,
+        max=1,
+    )
     watch_interval: float = opt(1.0, "NVML sampling interval during a burn.", duration=True, min=0.1)
     preflight: bool = opt(True, "Burn once per boot, at the agent's first start; PreflightPending until it passes.")
     preflight_force: bool = opt(False, "Burn at every start of the agent, even when this boot already has a result.")
-    retest_interval: float = opt(0.0, "Burn again this often, when no process uses any GPU; 0s: never.",
-                                 duration=True, min=0)
+    retest_interval: float = opt(
+        0.0, "Burn again this often, when no process uses any GPU; 0s: never.", duration=True, min=0
+    )
     dcgm_level: int = opt(2, "dcgmi diag run level for the dcgm backend (1 quick … 4 extended).", min=1, max=4)
     dcgm_timeout: float = opt(1200.0, "Time after which dcgmi diag counts as hung.", duration=True, min=60)
 
@@ -159,7 +211,9 @@ def sources(ctx: CheckContext, cfg: BurnConfig) -> list[EventSource]:
     from ..state import StateDir, boot_id
 
     opts = Options(preflight=cfg.preflight, force=cfg.preflight_force, retest_interval=cfg.retest_interval)
-    return [PreflightSource(runner(ctx, cfg), StateDir(ctx.state_dir), lambda: boot_id(ctx.paths), opts, lambda: known(ctx))]
+    return [
+        PreflightSource(runner(ctx, cfg), StateDir(ctx.state_dir), lambda: boot_id(ctx.paths), opts, lambda: known(ctx))
+    ]
 
 
 SPEC = CheckSpec(

@@ -24,10 +24,17 @@ from agent.burn.worker import die_with_parent, emit
 
 def result(args: argparse.Namespace, **over: object) -> dict[str, object]:
     ev: dict[str, object] = {
-        "event": "result", "gemm_flops": 700e12, "memory_bandwidth": 2.9e12, "iterations": 100,
-        "compute_errors": 0, "memory_errors": 0, "digest": "00c0ffee00c0ffee",
-        "group": f"NVIDIA H100 80GB HBM3|132|{args.matrix_size}", "notes": ["memory test: 60.0 GiB, 4 passes"],
-        "problems": [], "duration": args.seconds,
+        "event": "result",
+        "gemm_flops": 700e12,
+        "memory_bandwidth": 2.9e12,
+        "iterations": 100,
+        "compute_errors": 0,
+        "memory_errors": 0,
+        "digest": "00c0ffee00c0ffee",
+        "group": f"NVIDIA H100 80GB HBM3|132|{args.matrix_size}",
+        "notes": ["memory test: 60.0 GiB, 4 passes"],
+        "problems": [],
+        "duration": args.seconds,
     }
     return ev | over
 
@@ -55,10 +62,23 @@ def run(args: argparse.Namespace, what: str) -> int:
     elif what == "digest":
         emit(result(args, digest="0badd16e570badd1"))
     elif what == "mismatch":
-        emit(result(args, compute_errors=3, problems=[{"fault": "compute_mismatch", "message":
-             "3 of 100 GEMM iterations gave a result that differs from the first one, with the same inputs"}]))
+        emit(
+            result(
+                args,
+                compute_errors=3,
+                problems=[
+                    {
+                        "fault": "compute_mismatch",
+                        "message": "3 of 100 GEMM iterations gave a result that differs from the first one, "
+                        "with the same inputs",
+                    }
+                ],
+            )
+        )
     elif what == "memory":
-        emit(result(args, memory_errors=17, problems=[{"fault": "memory_errors", "message": "17 words read back wrong"}]))
+        emit(
+            result(args, memory_errors=17, problems=[{"fault": "memory_errors", "message": "17 words read back wrong"}])
+        )
     else:
         emit(result(args))
     return 0
@@ -77,8 +97,15 @@ def main() -> int:
     scenario = json.loads(os.environ.get("FAKE_BURN", "{}"))
     if args.command == "list":
         n = int(scenario.get("count", 0))
-        emit({"event": "devices", "devices": [
-            {"index": i, "name": "NVIDIA H100 80GB HBM3", "pci_bus_id": f"0000:{0x18 + i:02X}:00.0"} for i in range(n)]})
+        emit(
+            {
+                "event": "devices",
+                "devices": [
+                    {"index": i, "name": "NVIDIA H100 80GB HBM3", "pci_bus_id": f"0000:{0x18 + i:02X}:00.0"}
+                    for i in range(n)
+                ],
+            }
+        )
         return 0
     key = os.environ.get("CUDA_VISIBLE_DEVICES", "")
     if os.environ.get("FAKE_BURN_PIDS"):
