@@ -68,6 +68,7 @@ class Burn:
             self.blas.gemm_bf16(n, a, b, c)
             self._launch("nha_digest_f32", ptr(c), u64(n * n), ptr(counters), ptr(counters + 24))
             iterations = 1 + self._gemm_loop(n, a, b, c, counters, t0 + seconds)
+            dev.sync()
             elapsed = time.monotonic() - t0
             ref, _, mismatches, nonfinite = dev.read_u64(counters, 4)
             self.result.reference_errors = self._check_samples(n, c)

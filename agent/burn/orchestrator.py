@@ -30,6 +30,8 @@ def run_burn(
     cancel: threading.Event | None = None,
 ) -> BurnReport:
     cancel = cancel or threading.Event()
+    if cancel.is_set():
+        raise Cancelled()
     started = time.time()
     testable = [g for g in gpus if not g.mig]
     outcomes: dict[int, GpuOutcome] = {
