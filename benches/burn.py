@@ -151,6 +151,25 @@ def agent_overhead(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def report(out: dict[str, Any], args: argparse.Namespace) -> None:
+    s = out["side_by_side"]
+    print(f"{s['device']}, {s['matrix_size']}³ BF16 GEMM, medians of {args.repeat}:")
+    print(
+        f"  plain cuBLAS {s['plain_tflops_median']:.1f} TFLOP/s, burn {s['burn_tflops_median']:.1f} TFLOP/s, "
+        f"ratio {s['burn_over_plain']:.3f} (goal ≥ 0.90)"
+    )
+    print(f"  memory test {s['memory_gbps_median']:.0f} GB/s")
+    for phase in ("t_plain", "t_burn", "t_memory"):
+        t = s["runs"][phase][-1]
+        print(f"  {phase[2:]:7s} power {t['power_w']} W, SM clock {t['sm_clock_mhz']} MHz, max {t['temp_max_c']} °C")
+    o = out["agent_overhead"]
+    print(
+        f"agent during a {args.seconds:.0f}s burn of {o['gpus']} GPU(s): {o['agent_cpu_s']:.2f} CPU s "
+        f"({o['agent_cpu_share']:.1%} of one core), peak RSS {o['agent_max_rss_mib']:.0f} MiB; "
+        f"workers {o['workers_cpu_s']:.1f} CPU s; result {o['status']}"
+    )
+
+
 def _part(args: argparse.Namespace, part: str) -> dict[str, Any]:
     cmd = [
         sys.executable,
@@ -195,22 +214,7 @@ def main() -> int:
         json.dump(out, sys.stdout, indent=2, default=str)
         print()
         return 0
-    s = out["side_by_side"]
-    print(f"{s['device']}, {s['matrix_size']}³ BF16 GEMM, medians of {args.repeat}:")
-    print(
-        f"  plain cuBLAS {s['plain_tflops_median']:.1f} TFLOP/s, burn {s['burn_tflops_median']:.1f} TFLOP/s, "
-        f"ratio {s['burn_over_plain']:.3f} (goal ≥ 0.90)"
-    )
-    print(f"  memory test {s['memory_gbps_median']:.0f} GB/s")
-    for phase in ("t_plain", "t_burn", "t_memory"):
-        t = s["runs"][phase][-1]
-        print(f"  {phase[2:]:7s} power {t['power_w']} W, SM clock {t['sm_clock_mhz']} MHz, max {t['temp_max_c']} °C")
-    o = out["agent_overhead"]
-    print(
-        f"agent during a {args.seconds:.0f}s burn of {o['gpus']} GPU(s): {o['agent_cpu_s']:.2f} CPU s "
-        f"({o['agent_cpu_share']:.1%} of one core), peak RSS {o['agent_max_rss_mib']:.0f} MiB; "
-        f"workers {o['workers_cpu_s']:.1f} CPU s; result {o['status']}"
-    )
+    report(out, args)
     return 0
 
 

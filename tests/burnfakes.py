@@ -7,6 +7,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from agent.burn.backend import BackendError
 from agent.burn.model import BurnPlan, GpuInfo, GpuOutcome, Problem
@@ -113,3 +114,24 @@ class FakeInventory:
 
     def processes(self) -> Mapping[int, int] | None:
         return None if self.listed is None else {g.index: self.busy.get(g.index, 0) for g in self.listed}
+
+
+def sysfs(tmp: Path, devices: dict[str, tuple[str, str]]) -> Path:
+    """A /sys with these PCI devices (address → (vendor, class))."""
+    root = tmp / "sys"
+    for addr, (vendor, cls) in devices.items():
+        d = root / "bus" / "pci" / "devices" / addr
+        d.mkdir(parents=True)
+        (d / "vendor").write_text(vendor + "\n")
+        (d / "class").write_text(cls + "\n")
+    (root / "bus" / "pci" / "devices").mkdir(parents=True, exist_ok=True)
+    return root
+
+
+NODE = {
+    "0000:18:00.0": ("0x10de", "0x030200"),  # H100: 3D controller
+    "0000:2a:00.0": ("0x10de", "0x030200"),
+    "0000:05:00.0": ("0x10de", "0x068000"),  # NVSwitch: a bridge, not a GPU
+    "0000:00:1f.0": ("0x8086", "0x060100"),
+    "0000:03:00.0": ("0x10de", "0x030000"),  # a VGA-class NVIDIA GPU
+}

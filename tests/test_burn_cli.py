@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from burnfakes import NODE, sysfs
 
 from agent import cli
 from agent.burn import builtin
@@ -18,26 +19,6 @@ from agent.burn.runner import pci_gpu_count
 from agent.hostpaths import HostPaths
 
 FAKE = str(Path(__file__).parent / "fakeburn" / "worker.py")
-
-
-def sysfs(tmp: Path, devices: dict[str, tuple[str, str]]) -> Path:
-    root = tmp / "sys"
-    for addr, (vendor, cls) in devices.items():
-        d = root / "bus" / "pci" / "devices" / addr
-        d.mkdir(parents=True)
-        (d / "vendor").write_text(vendor + "\n")
-        (d / "class").write_text(cls + "\n")
-    (root / "bus" / "pci" / "devices").mkdir(parents=True, exist_ok=True)
-    return root
-
-
-NODE = {
-    "0000:18:00.0": ("0x10de", "0x030200"),  # H100: 3D controller
-    "0000:2a:00.0": ("0x10de", "0x030200"),
-    "0000:05:00.0": ("0x10de", "0x068000"),  # NVSwitch: a bridge, not a GPU
-    "0000:00:1f.0": ("0x8086", "0x060100"),
-    "0000:03:00.0": ("0x10de", "0x030000"),  # a VGA-class NVIDIA GPU
-}
 
 
 def test_pci_gpu_count(tmp_path: Path) -> None:

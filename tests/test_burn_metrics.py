@@ -7,9 +7,9 @@ import json
 from pathlib import Path
 
 from agentproc import Agent, wait_for
+from burnfakes import NODE, sysfs
 from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
-from test_burn_cli import NODE, sysfs
 
 from agent import catalog
 from agent.burn import publish

@@ -9,7 +9,6 @@ cores at full rate, and an output whose every bit is checked.
 from __future__ import annotations
 
 import ctypes
-from typing import Any
 
 CUBLAS_OP_N = 0
 CUDA_R_32F = 0
@@ -120,10 +119,3 @@ class Cublas:
 
     def close(self) -> None:
         _check(self.lib.cublasDestroy_v2(self.handle), "cublasDestroy")
-
-
-def describe(lib: Any) -> str:
-    try:
-        return f"cuBLAS {version(declare(lib))}"
-    except CublasError as exc:
-        return str(exc)

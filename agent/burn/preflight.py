@@ -79,6 +79,7 @@ class Options:
 @dataclass
 class _Run:
     runs: dict[tuple[str, str], int] = field(default_factory=dict)
+    last: dict[str, str] = field(default_factory=dict)  # kind → last status, to log once per change
     running: bool = False
 
 
@@ -142,7 +143,11 @@ class PreflightSource:
         report = self.runner.burn(self.runner.discover(), cancel=self._cancel)
         key = (kind, report.status)
         self._run.runs[key] = self._run.runs.get(key, 0) + 1
-        (log.error if report.status == "fail" else log.info)(
+        changed = report.status != self._run.last.get(kind)
+        self._run.last[kind] = report.status
+        level = logging.ERROR if report.status == "fail" and changed else logging.INFO if changed else logging.DEBUG
+        log.log(
+            level,
             "%s burn: %s (%s)",
             kind,
             report.status,
