@@ -136,6 +136,7 @@ def agent_overhead(args: argparse.Namespace) -> dict[str, Any]:
         "agent_cpu_share": cpu / wall,
         "agent_max_rss_mib": after.ru_maxrss / 1024,
         "workers_cpu_s": children.ru_utime + children.ru_stime,
+        "worker_max_rss_mib": children.ru_maxrss / 1024,  # the largest worker
         "per_gpu": [
             {
                 "gpu": g.index,
@@ -166,7 +167,7 @@ def report(out: dict[str, Any], args: argparse.Namespace) -> None:
     print(
         f"agent during a {args.seconds:.0f}s burn of {o['gpus']} GPU(s): {o['agent_cpu_s']:.2f} CPU s "
         f"({o['agent_cpu_share']:.1%} of one core), peak RSS {o['agent_max_rss_mib']:.0f} MiB; "
-        f"workers {o['workers_cpu_s']:.1f} CPU s; result {o['status']}"
+        f"workers {o['workers_cpu_s']:.1f} CPU s, largest {o['worker_max_rss_mib']:.0f} MiB RSS; result {o['status']}"
     )
 
 
