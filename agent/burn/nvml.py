@@ -180,15 +180,22 @@ class NvmlWatch:
             nv.nvmlShutdown()
 
     def _handle(self, nv: Any, g: GpuInfo) -> Any:
-        try:
-            return nv.nvmlDeviceGetHandleByUUID(g.uuid) if g.uuid else nv.nvmlDeviceGetHandleByIndex(g.index)
-        except nv.NVMLError as exc:
-            if exc.value == nv.NVML_ERROR_GPU_IS_LOST:
-                self._acc[g.index].add(Reading(lost=True))
-            return None
+        lookups = [(nv.nvmlDeviceGetHandleByUUID, g.uuid)] if g.uuid else []
+        for fn, key in [*lookups, (nv.nvmlDeviceGetHandleByIndex, g.index)]:
+            try:
+                return fn(key)
+            except nv.NVMLError as exc:
+                if exc.value == nv.NVML_ERROR_GPU_IS_LOST:
+                    self._acc[g.index].add(Reading(lost=True))
+                    return None
+        return None
 
     def _register_xids(self, nv: Any, handles: Mapping[int, Any]) -> Any:
-        es = nv.nvmlEventSetCreate()
+        try:
+            es = nv.nvmlEventSetCreate()
+        except nv.NVMLError as exc:
+            self._notes += (f"Xid events not available from NVML ({exc})",)
+            return None
         for i, h in handles.items():
             try:
                 nv.nvmlDeviceRegisterEvents(h, nv.nvmlEventTypeXidCriticalError, es)
@@ -202,19 +209,24 @@ class NvmlWatch:
         next_poll = time.monotonic() + self.interval
         while not self._stop.is_set():
             wait_ms = max(0, int((next_poll - time.monotonic()) * 1000))
-            try:
-                ev = nv.nvmlEventSetWait_v2(es, wait_ms)  # raises NVMLError_Timeout when nothing came
-                if ev.eventType == nv.nvmlEventTypeXidCriticalError:
-                    i = by_ptr.get(ctypes.cast(ev.device, ctypes.c_void_p).value)
-                    for acc in [self._acc[i]] if i is not None else self._acc.values():
-                        acc.xid(int(ev.eventData))
-            except nv.NVMLError as exc:
-                if exc.value != nv.NVML_ERROR_TIMEOUT:
-                    self._stop.wait(wait_ms / 1000)
+            if es is None or not self._wait_xid(nv, es, wait_ms, by_ptr):
+                self._stop.wait(wait_ms / 1000)
             if time.monotonic() >= next_poll:
                 self._sample(nv, handles, counters=False)
                 next_poll = time.monotonic() + self.interval
         self._sample(nv, handles, counters=True)
+
+    def _wait_xid(self, nv: Any, es: Any, wait_ms: int, by_ptr: Mapping[int | None, int]) -> bool:
+        """Wait up to `wait_ms` for an event; False when the wait itself failed (then sleep instead)."""
+        try:
+            ev = nv.nvmlEventSetWait_v2(es, wait_ms)  # raises NVMLError_Timeout when nothing came
+        except nv.NVMLError as exc:
+            return bool(exc.value == nv.NVML_ERROR_TIMEOUT)
+        if ev.eventType == nv.nvmlEventTypeXidCriticalError:
+            i = by_ptr.get(ctypes.cast(ev.device, ctypes.c_void_p).value)
+            for acc in [self._acc[i]] if i is not None else self._acc.values():
+                acc.xid(int(ev.eventData))
+        return True
 
     def _sample(self, nv: Any, handles: Mapping[int, Any], counters: bool) -> None:
         for i, h in handles.items():
