@@ -57,15 +57,15 @@ def check_seconds(seconds: float | None, flag: str) -> None:
 
 
 def burn(cfg: Any, seconds: float | None, gpus: list[int] | None, backend: str | None = None) -> BurnReport:
-    from ..checks.burn import settings
+    from ..checks import CheckContext
+    from ..checks.burn import runner as make_runner
     from ..cli import UsageError
     from ..runtime import host_paths
-    from .runner import Runner
 
     bcfg = cfg.checks["burn"]
     if backend:
         bcfg = dataclasses.replace(bcfg, backend=backend)
-    runner = Runner(settings(bcfg), host_paths(cfg))
+    runner = make_runner(CheckContext(host_paths(cfg), cfg.agent.state_dir, cfg), bcfg)
     found = runner.discover()
     present = [g.index for g in found.gpus]
     for i in gpus or ():

@@ -1,8 +1,10 @@
 """NVML through pynvml (nvidia-ml-py): the GPU inventory, and the watch that
 samples each GPU during a burn and waits for Xid events.
 
-pynvml is imported inside functions (only a GPU host with the feature on pays
-for it). Every NVML call on a GPU that fell off the bus may block, so the
+NVML is opened through the GPU check's session (agent.gpu.nvml: the library
+configured by checks.gpu.nvml_library or driver_root, initialised once per
+process and kept), so the burn sees the GPUs wherever the GPU check does. Every
+NVML call on a GPU that fell off the bus may block, so the
 watch samples in its own daemon thread and remembers which GPU it is asking;
 if that call has not returned when the burn ends, that GPU is reported lost.
 NVML facts: ../../shared/reference/gpu.md §c.
@@ -28,17 +30,14 @@ class _Lost(Exception):
     pass
 
 
-def _nvml() -> Any | None:
-    try:
-        import pynvml  # type: ignore[import-untyped]
+def _nvml(library: str) -> Any | None:
+    from ..gpu import nvml
 
-        pynvml.nvmlInit()
-    except ImportError:
-        return None
-    except Exception as exc:  # noqa: BLE001 - NVMLError_LibraryNotFound, DriverNotLoaded, …
+    try:
+        return nvml.init(library)
+    except nvml.NvmlUnavailable as exc:
         log.debug("NVML unavailable: %s", exc)
         return None
-    return pynvml
 
 
 def _text(value: Any) -> str:
@@ -47,8 +46,11 @@ def _text(value: Any) -> str:
 
 
 class NvmlInventory:
+    def __init__(self, library: str = "") -> None:
+        self.library = library  # "" for the normal lookup
+
     def gpus(self) -> list[GpuInfo] | None:
-        nv = _nvml()
+        nv = _nvml(self.library)
         if nv is None:
             return None
         try:
@@ -56,8 +58,6 @@ class NvmlInventory:
         except nv.NVMLError as exc:
             log.error("NVML could not count the GPUs: %s", exc)
             return None
-        finally:
-            nv.nvmlShutdown()
 
     @staticmethod
     def _describe(nv: Any, index: int) -> GpuInfo:
@@ -75,7 +75,7 @@ class NvmlInventory:
         return GpuInfo(index=index, uuid=uuid, name=name, pci_bus_id=pci, mig=mig)
 
     def processes(self) -> Mapping[int, int] | None:
-        nv = _nvml()
+        nv = _nvml(self.library)
         if nv is None:
             return None
         try:
@@ -89,8 +89,6 @@ class NvmlInventory:
         except nv.NVMLError as exc:
             log.warning("NVML cannot list the processes on the GPUs: %s", exc)
             return None
-        finally:
-            nv.nvmlShutdown()
 
 
 def read(nv: Any, h: Any, counters: bool) -> Reading:
@@ -130,7 +128,8 @@ def read(nv: Any, h: Any, counters: bool) -> Reading:
 
 
 class NvmlWatch:
-    def __init__(self, *, throttle_share: float, interval: float = 1.0) -> None:
+    def __init__(self, *, throttle_share: float, interval: float = 1.0, library: str = "") -> None:
+        self.library = library
         self.throttle_share = throttle_share
         self.interval = interval
         self._stop = threading.Event()
@@ -158,7 +157,7 @@ class NvmlWatch:
         return out
 
     def _run(self, gpus: list[GpuInfo]) -> None:
-        nv = _nvml()
+        nv = _nvml(self.library)
         if nv is None:
             self._notes = ("not watched: NVML is not available",)
             return
@@ -177,7 +176,6 @@ class NvmlWatch:
                     nv.nvmlEventSetFree(es)
                 except nv.NVMLError:
                     pass
-            nv.nvmlShutdown()
 
     def _handle(self, nv: Any, g: GpuInfo) -> Any:
         lookups = [(nv.nvmlDeviceGetHandleByUUID, g.uuid)] if g.uuid else []

@@ -46,6 +46,7 @@ class Settings:
     watch_interval: float = 1.0
     dcgm_level: int = 2
     dcgm_timeout: float = 1200.0
+    nvml_library: str = ""  # as the GPU check resolves it; "" for the normal lookup
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +72,7 @@ class Runner:
         from .nvml import NvmlInventory, NvmlWatch
 
         self.settings, self.paths = settings, paths
-        self.inventory: Inventory = inventory or NvmlInventory()
+        self.inventory: Inventory = inventory or NvmlInventory(settings.nvml_library)
         self.backends: list[Backend] = (
             list(backends)
             if backends is not None
@@ -81,7 +82,9 @@ class Runner:
             ]
         )
         self._watch = watch or (
-            lambda: NvmlWatch(throttle_share=settings.throttle_share, interval=settings.watch_interval)
+            lambda: NvmlWatch(
+                throttle_share=settings.throttle_share, interval=settings.watch_interval, library=settings.nvml_library
+            )
         )
         self._prober = Prober("burn")
 

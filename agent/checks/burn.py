@@ -153,20 +153,33 @@ class BurnConfig(CheckConfig):
         return None
 
 
-def settings(cfg: BurnConfig) -> Settings:
+def settings(cfg: BurnConfig, nvml_library: str = "") -> Settings:
     from ..burn.model import BurnPlan
     from ..burn.runner import Settings
     from ..burn.verdict import Thresholds
 
     plan = BurnPlan(cfg.duration, cfg.matrix_size, cfg.memory_fraction, cfg.memory_time_share, cfg.hang_timeout)
     th = Thresholds(cfg.straggler_fraction, dict(cfg.expected_gemm_tflops), dict(cfg.expected_memory_gbps))
-    return Settings(cfg.backend, plan, th, cfg.throttle_share, cfg.watch_interval, cfg.dcgm_level, cfg.dcgm_timeout)
+    return Settings(
+        cfg.backend, plan, th, cfg.throttle_share, cfg.watch_interval, cfg.dcgm_level, cfg.dcgm_timeout, nvml_library
+    )
+
+
+def _nvml_library(ctx: CheckContext) -> str:
+    """The NVML library the GPU check uses (checks.gpu.nvml_library or driver_root)."""
+    from ..gpu.nvml import NvmlUnavailable
+    from .gpu import nvml_library
+
+    try:
+        return nvml_library(ctx, ctx.config.check("gpu"))
+    except NvmlUnavailable:
+        return ""  # the GPU check reports the bad driver root; the burn tries the normal lookup
 
 
 def runner(ctx: CheckContext, cfg: BurnConfig) -> Runner:
     from ..burn.runner import Runner
 
-    return Runner(settings(cfg), ctx.paths)
+    return Runner(settings(cfg, _nvml_library(ctx)), ctx.paths)
 
 
 def known(ctx: CheckContext) -> Iterable[tuple[str, str]]:
