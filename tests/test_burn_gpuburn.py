@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 from conftest import skip_or_fail
-from fakecuda import Fault, FakeCublas, FakeDevice, burn
+from fakecuda import FakeCublas, FakeDevice, Fault, burn
 
 from agent.burn.worker import _result_event
 
