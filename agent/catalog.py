@@ -28,6 +28,7 @@ FEATURE_MODULES: tuple[str, ...] = (
     "agent.checks.network",
     "agent.checks.gpu",
     "agent.checks.traffic",
+    "agent.checks.burn",
 )
 
 

@@ -18,7 +18,7 @@ from typing import Any, NoReturn
 
 from . import __version__
 
-COMMAND_MODULES: tuple[str, ...] = ("agent.gpu.cli", "agent.traffic.cli")
+COMMAND_MODULES: tuple[str, ...] = ("agent.gpu.cli", "agent.traffic.cli", "agent.burn.command")
 
 
 class UsageError(Exception):
@@ -56,6 +56,7 @@ def build_parser() -> Parser:
     _common(st)
     st.add_argument("--json", action="store_true", help="one JSON object instead of a table")
     st.add_argument("--only", nargs="+", metavar="CHECK", help="run only these checks (enabled or not)")
+    st.add_argument("--burn", type=float, metavar="SECONDS", help="also burn every GPU for SECONDS (see agent burn)")
     st.set_defaults(func=cmd_selftest)
 
     cfg = sub.add_parser("config", help="check or show configuration")
@@ -126,6 +127,10 @@ def cmd_selftest(args: argparse.Namespace) -> int:
     # A selftest looks and changes nothing (no rules installed, no state written).
     sched.configure(build_checks(cfg, state_dir(cfg, explicit=False), args.only, dry_run=True), immediate=True)
     sched.run_once()
+    if args.burn is not None:
+        from .burn.command import selftest_burn
+
+        selftest_burn(cfg, store, args.burn)
     return selftest.render(store.snapshot(), args.json)
 
 

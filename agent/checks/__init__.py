@@ -29,6 +29,7 @@ CHECK_MODULES: tuple[str, ...] = (
     "agent.checks.network",
     "agent.checks.gpu",
     "agent.checks.traffic",
+    "agent.checks.burn",
 )
 
 

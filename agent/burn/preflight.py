@@ -1,0 +1,191 @@
+"""The preflight: burn every GPU once per boot, before the node takes work,
+and re-burn periodically when no process uses the GPUs (if configured).
+
+Keyed by the kernel's boot id and persisted in the state dir (atomically):
+a restart of the agent within the same boot reuses the result — a failure
+stays a failure, so a crash loop cannot release a node that failed — and a
+reboot always burns again. Only a pass, a fail or "no GPU" is final for the
+boot; a burn that could not run (no backend, cancelled by a stop) runs again
+at the next start.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..sources import Emit
+from ..state import StateDir
+from .model import BurnReport
+from .orchestrator import Cancelled
+from .publish import findings, pending, samples, state_of
+from .runner import Runner
+
+log = logging.getLogger(__name__)
+
+STATE_FILE = "burn.json"
+BUSY_RETRY = 60.0  # seconds before looking again when a process uses a GPU
+
+
+FINAL = ("pass", "fail")  # a preflight with another status runs again at the next start
+
+
+@dataclass
+class BurnState:
+    boot_id: str
+    preflight: BurnReport | None = None
+    retest: BurnReport | None = None  # the last periodic re-test
+
+    def preflight_done(self) -> bool:
+        return self.preflight is not None and self.preflight.status in FINAL
+
+    @staticmethod
+    def load(state: StateDir, boot_id: str) -> BurnState:
+        raw = state.read_json(STATE_FILE)
+        if not isinstance(raw, dict) or raw.get("boot_id") != boot_id or not boot_id:
+            return BurnState(boot_id)
+        try:
+            return BurnState(
+                boot_id,
+                BurnReport.from_dict(raw["preflight"]) if raw.get("preflight") else None,
+                BurnReport.from_dict(raw["retest"]) if raw.get("retest") else None,
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            log.error("%s is unreadable, burning again: %s", state.file(STATE_FILE), exc)
+            return BurnState(boot_id)
+
+    def save(self, state: StateDir) -> None:
+        state.write_json(
+            STATE_FILE,
+            {
+                "boot_id": self.boot_id,
+                "preflight": self.preflight.as_dict() if self.preflight else None,
+                "retest": self.retest.as_dict() if self.retest else None,
+            },
+        )
+
+
+@dataclass
+class Options:
+    preflight: bool = True
+    force: bool = False
+    retest_interval: float = 0.0  # 0: no periodic re-test
+
+
+@dataclass
+class _Run:
+    runs: dict[tuple[str, str], int] = field(default_factory=dict)
+    last: dict[str, str] = field(default_factory=dict)  # kind → last status, to log once per change
+    running: bool = False
+
+
+class PreflightSource:
+    name = "burn"
+
+    def __init__(
+        self,
+        runner: Runner,
+        state: StateDir,
+        boot_id: Callable[[], str],
+        options: Options,
+        known: Callable[[], Iterable[tuple[str, str]]],
+    ) -> None:
+        self.runner, self.state, self.boot_id, self.options = runner, state, boot_id, options
+        self._known = known
+        self._cancel = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._run = _Run()
+        self._burn: BurnState | None = None
+
+    def known_findings(self) -> Iterable[tuple[str, str]]:
+        return self._known()
+
+    def start(self, emit: Emit) -> None:
+        self._cancel.clear()
+        self._thread = threading.Thread(target=self._main, args=(emit,), name="burn-preflight", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._cancel.set()  # the orchestrator kills the workers and returns within a poll
+        if self._thread is not None:
+            self._thread.join(timeout=3.0)
+
+    # ------------------------------------------------------------ the thread
+
+    def _main(self, emit: Emit) -> None:
+        try:
+            st = BurnState.load(self.state, self.boot_id())
+            self._burn = st
+            if self.options.preflight and (not st.preflight_done() or self.options.force):
+                self._preflight(emit, st)
+            self._publish(emit, st)
+            if self.options.retest_interval > 0:
+                self._periodic(emit, st)
+        except Cancelled:
+            log.info("burn cancelled: the agent is stopping")
+        except Exception as exc:
+            log.exception("the burn preflight failed")
+            if self.options.preflight and (self._burn is None or not self._burn.preflight_done()):
+                emit(pending(f"the preflight could not complete ({type(exc).__name__}: {exc}); see the agent log"), [])
+
+    def _preflight(self, emit: Emit, st: BurnState) -> None:
+        self._run.running = True
+        emit(pending("the boot-time GPU burn test is running"), self._samples(st))
+        st.preflight = self._burn_once("preflight")
+        self._run.running = False
+        st.save(self.state)
+
+    def _burn_once(self, kind: str) -> BurnReport:
+        report = self.runner.burn(self.runner.discover(), cancel=self._cancel)
+        key = (kind, report.status)
+        self._run.runs[key] = self._run.runs.get(key, 0) + 1
+        changed = report.status != self._run.last.get(kind)
+        self._run.last[kind] = report.status
+        level = logging.ERROR if report.status == "fail" and changed else logging.INFO if changed else logging.DEBUG
+        log.log(
+            level,
+            "%s burn: %s (%s)",
+            kind,
+            report.status,
+            "; ".join(g.summary() for g in report.gpus) or report.note,
+        )
+        return report
+
+    def _periodic(self, emit: Emit, st: BurnState) -> None:
+        interval = self.options.retest_interval
+        while True:
+            last = st.retest or st.preflight
+            due = (last.finished if last else time.time()) + interval
+            if self._cancel.wait(max(0.0, due - time.time())):
+                return
+            if self.options.preflight and not (st.preflight and st.preflight.status == "pass"):
+                return  # a node that failed (or could not run) its preflight is not re-tested
+            busy = self.runner.inventory.processes()
+            if busy is None or any(busy.values()):
+                log.debug("periodic burn postponed: GPUs in use or NVML unavailable (%s)", busy)
+                if self._cancel.wait(BUSY_RETRY):
+                    return
+                continue
+            st.retest = self._burn_once("periodic")
+            st.save(self.state)
+            self._publish(emit, st)
+
+    def _publish(self, emit: Emit, st: BurnState) -> None:
+        out = []
+        if st.preflight is not None:
+            out += findings(st.preflight, "preflight")
+        if st.retest is not None:
+            out += findings(st.retest, "periodic")
+        emit(out, self._samples(st))
+
+    def _samples(self, st: BurnState) -> list[Any]:
+        last = max((r for r in (st.preflight, st.retest) if r), key=lambda r: r.finished, default=None)
+        if not self.options.preflight:
+            state = "disabled"
+        else:
+            state = state_of(st.preflight, self._run.running)
+        return samples(last, state, self._run.runs)

@@ -1,0 +1,129 @@
+"""The burn's NVML inventory and watch through the real pynvml, against the
+fake libnvidia-ml.so.1 (tests/fakenvml, copied unchanged from the GPU work)
+driven by a scenario file the test rewrites while the watch runs."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from agentproc import wait_for
+from conftest import require_tool
+from fakenvml import SOURCE, Scenario, h100
+
+from agent.burn.model import Fault, GpuInfo
+from agent.burn.nvml import NvmlInventory, NvmlWatch
+
+
+@pytest.fixture(scope="module")
+def shim(tmp_path_factory: pytest.TempPathFactory) -> str:
+    # Not the soname libnvidia-ml.so.1: once loaded, a library stays in the
+    # process, and pynvml's own dlopen("libnvidia-ml.so.1") in later tests
+    # would find it by that name and see a fake driver.
+    out = str(tmp_path_factory.mktemp("fakenvml") / "libfakenvml-burn.so")
+    cc = require_tool("gcc")
+    cmd = [cc, "-shared", "-fPIC", "-O2", "-Wl,-soname,libfakenvml-burn.so", "-o", out, SOURCE, "-lpthread"]
+    subprocess.run(cmd, check=True)
+    return out
+
+
+@dataclass
+class FakeNvml:
+    scenario: Scenario
+    lib: str  # what checks.gpu.nvml_library would name
+
+
+@pytest.fixture
+def nvml(shim: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeNvml]:
+    """The agent's NVML session on the fake library, for this test only:
+    pynvml's module state and the session are reset after it."""
+    import pynvml
+
+    from agent.gpu import nvml as session
+
+    monkeypatch.setenv("FAKE_NVML_SCENARIO", str(tmp_path / "scenario"))
+    monkeypatch.setattr(pynvml, "nvmlLib", pynvml.nvmlLib)  # restored after the test
+    monkeypatch.setattr(pynvml, "_nvmlGetFunctionPointer_cache", {})
+    session.invalidate()
+    yield FakeNvml(Scenario(str(tmp_path / "scenario")).set([h100(0, power=690), h100(1)]), shim)
+    session.invalidate()
+
+
+def test_inventory_lists_the_gpus(nvml: FakeNvml) -> None:
+    gpus = NvmlInventory(nvml.lib).gpus()
+    assert gpus is not None and [(g.index, g.name, g.mig) for g in gpus] == [
+        (0, "NVIDIA H100 80GB HBM3", False),
+        (1, "NVIDIA H100 80GB HBM3", False),
+    ]
+    assert gpus[1].uuid.startswith("GPU-00000001-") and gpus[1].pci_bus_id == "00000000:28:00.0"
+
+
+def test_inventory_with_no_gpu(nvml: FakeNvml) -> None:
+    nvml.scenario.set([])
+    assert NvmlInventory(nvml.lib).gpus() == []
+
+
+def test_inventory_when_the_driver_is_not_loaded(nvml: FakeNvml) -> None:
+    nvml.scenario.set(init=9)  # NVML_ERROR_DRIVER_NOT_LOADED
+    assert NvmlInventory(nvml.lib).gpus() is None
+
+
+def watch_two(nvml: FakeNvml) -> tuple[NvmlWatch, list[GpuInfo]]:
+    gpus = NvmlInventory(nvml.lib).gpus()
+    assert gpus
+    w = NvmlWatch(throttle_share=0.1, interval=0.05, library=nvml.lib)
+    w.start(gpus)
+    return w, gpus
+
+
+def test_quiet_burn_has_no_problems(nvml: FakeNvml) -> None:
+    w, _ = watch_two(nvml)
+    time.sleep(0.3)
+    s = w.stop(timeout=5)
+    assert [x.problems for x in s.values()] == [(), ()]
+    assert s[0].telemetry.samples >= 3 and s[0].telemetry.temperature_max_c == 41
+
+
+def test_faults_during_the_burn_land_on_the_right_gpu(nvml: FakeNvml) -> None:
+    w, _ = watch_two(nvml)
+    time.sleep(0.2)
+    nvml.scenario.xid(0, 79)
+    nvml.scenario.gpu(1, **{"ecc.unc.vol": 2, "remapped": "0 1 1 0", "clocks_event": 0x40})
+    time.sleep(0.5)
+    s = w.stop(timeout=5)
+    assert [p.fault for p in s[0].problems] == [Fault.XID] and "Xid 79" in s[0].problems[0].message
+    assert [p.fault for p in s[1].problems] == [Fault.ECC, Fault.ROW_REMAP, Fault.ROW_REMAP, Fault.THROTTLE]
+
+
+def test_a_gpu_lost_during_the_burn(nvml: FakeNvml) -> None:
+    w, _ = watch_two(nvml)
+    time.sleep(0.1)
+    nvml.scenario.gpu(1, lost=1)
+    time.sleep(0.3)
+    s = w.stop(timeout=5)
+    assert [p.fault for p in s[1].problems] == [Fault.GPU_LOST] and s[0].problems == ()
+
+
+def test_a_hung_nvml_call_is_reported_and_does_not_hold_up_the_burn(nvml: FakeNvml) -> None:
+    w, _ = watch_two(nvml)
+    time.sleep(0.1)
+    nvml.scenario.set(**{"hang.nvmlDeviceGetTemperature": 2})
+    time.sleep(0.3)
+    t0 = time.monotonic()
+    s = w.stop(timeout=0.5)
+    assert time.monotonic() - t0 < 1.5
+    assert [p.fault for p in s[0].problems] == [Fault.GPU_LOST] and "has not returned" in s[0].problems[0].message
+    nvml.scenario.unset("hang.nvmlDeviceGetTemperature")
+    wait_for(lambda: not w._thread.is_alive(), timeout=10, what="the sampler to come back")
+
+
+def test_xid_events_not_supported_is_a_note(nvml: FakeNvml) -> None:
+    nvml.scenario.set(events=3)
+    w, _ = watch_two(nvml)
+    time.sleep(0.1)
+    s = w.stop(timeout=5)
+    assert s[0].problems == () and any("Xid events not available" in n for n in s[0].notes)
