@@ -26,6 +26,7 @@ MetricKind = Literal["gauge", "counter"]
 FEATURE_MODULES: tuple[str, ...] = (
     "agent.checks.disk",
     "agent.checks.network",
+    "agent.kube",
 )
 
 
