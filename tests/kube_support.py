@@ -107,3 +107,31 @@ def our_taints(fake: FakeApiServer, node: str = NODE) -> list[tuple[str, str, st
 
 def conditions(fake: FakeApiServer, node: str = NODE) -> dict[str, dict[str, Any]]:
     return {c["type"]: c for c in fake.node(node)["status"]["conditions"]}
+
+
+def start_actuator(fake: FakeApiServer | None, tmp: str, cfg: KubernetesSection, *, node: str = NODE,
+                   dry_run: bool = False, state: str | None = None) -> Any:
+    """A running actuator (real threads, real clock); `.published` holds its last samples."""
+    from agent.kube.actuator import Actuator
+
+    rec = make_reconciler(fake, tmp, cfg, node=node, dry_run=dry_run, state=state)
+    box: dict[str, Any] = {"samples": []}
+    act = Actuator(rec, kill_switch=cfg.kill_switch, publish_samples=lambda s: box.__setitem__("samples", s))
+    act.published = box  # type: ignore[attr-defined]
+    act.start()
+    return act
+
+
+def wait_for(predicate: Any, timeout: float = 10.0, interval: float = 0.02) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {getattr(predicate, '__name__', predicate)}")
+        time.sleep(interval)
+
+
+def sample_value(act: Any, name: str, **labels: str) -> float | None:
+    for s in act.published["samples"]:
+        if s.name == name and all(dict(s.labels).get(k) == v for k, v in labels.items()):
+            return float(s.value)
+    return None

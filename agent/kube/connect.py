@@ -68,7 +68,7 @@ def build_client(source: ClusterSource) -> tuple[Any, Callable[[], None]]:
     cfg.retries = False
     api = client.ApiClient(cfg)
     api.user_agent = f"node-health-agent/{__version__}"
-    last = [time.monotonic()]
+    last = [float("-inf")]
 
     def reauth() -> None:
         if time.monotonic() - last[0] < REAUTH_MIN_INTERVAL:

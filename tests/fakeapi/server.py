@@ -236,12 +236,20 @@ class FakeApiServer:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{'https' if getattr(self, '_tls', None) else 'http'}://127.0.0.1:{self.port}"
 
-    def start(self) -> str:
+    def start(self, tls: tuple[str, str] | None = None) -> str:
+        """Serve on loopback (HTTPS with `tls` = (cert, key)); after stop(), on the same port again."""
+        self._tls = tls if tls is not None else getattr(self, "_tls", None)
         self._http = _HttpServer(self, self.port)
+        if self._tls is not None:
+            import ssl
+
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            ctx.load_cert_chain(*self._tls)
+            self._http.socket = ctx.wrap_socket(self._http.socket, server_side=True)
         self.port = self._http.server_address[1]
-        threading.Thread(target=self._http.serve_forever, name="fakeapi", daemon=True).start()
+        threading.Thread(target=self._http.serve_forever, args=(0.05,), name="fakeapi", daemon=True).start()
         return self.url
 
     def stop(self) -> None:
