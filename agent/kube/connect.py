@@ -63,7 +63,8 @@ def build_client(source: ClusterSource) -> tuple[Any, Callable[[], None]]:
         load()
     except Exception as exc:  # ConfigException, OSError, YAML errors: all one line
         key = "--kubeconfig" if source.kind == "kubeconfig" else "in-cluster config"
-        raise ConfigError(source.path or key, None, f"cannot load the cluster credentials: {exc}") from None
+        text = " ".join(str(exc).split())  # YAML errors span lines
+        raise ConfigError(source.path or key, None, f"cannot load the cluster credentials: {text}") from None
     # One retry policy, the agent's (see api.py): urllib3 must not retry on its own.
     cfg.retries = False
     api = client.ApiClient(cfg)
