@@ -39,25 +39,44 @@ class Budget:
         self._rng = rng
         self._failures = 0
         self._quota_seen_at: float | None = None
+        self._absent = False  # a GET said we hold no Lease, and we created none since
+        self._unsure = False  # a create got 403: whether the Lease is ours is still to be read
 
     def ensure(self, now: float, uid: str) -> bool:
-        """True when this node holds a slot (claiming one if needed); may raise Wait/ApiError."""
+        """True when this node holds a slot (claiming one if needed); may raise Wait/ApiError.
+
+        Every request here may be refused by the rate limit (`Wait`) and the
+        step tried again later, so the state between two requests is kept:
+        after a 403 the next try starts with the GET, not with another create.
+        """
         if self.held:
             return True
         if now < self.retry_at:
             return False
         assert self.api is not None
+        if self._unsure:
+            mine = self._mine()
+            self._unsure = False
+            if not mine:
+                self._absent = True
+                return self._refused(now, "exhausted")
+            return self._claimed()
         if not self._quota_present(now):
             return self._refused(now, "missing")
         try:
             self.api.create_lease(self.cfg.namespace, self._lease(uid))
         except ApiError as exc:
             if exc.status == 403 and "exceeded quota" in exc.message:
-                if not self._mine():
+                if self._absent:
                     return self._refused(now, "exhausted")
-            elif exc.status != 409:  # 409 AlreadyExists: our own, from before a restart
+                self._unsure = True
+                return self.ensure(now, uid)
+            if exc.status != 409:  # 409 AlreadyExists: our own, from before a restart
                 raise
-        self.held, self.state, self._failures = True, "held", 0
+        return self._claimed()
+
+    def _claimed(self) -> bool:
+        self.held, self.state, self._failures, self._absent = True, "held", 0, False
         log.info("claimed a taint budget slot (lease %s/%s)", self.cfg.namespace, self.node)
         return True
 
@@ -70,7 +89,7 @@ class Budget:
         except ApiError as exc:
             if exc.status != 404:
                 raise
-        self.held, self.state = False, "idle"
+        self.held, self.state, self._absent = False, "idle", True
         log.info("released the taint budget slot")
 
     def idle(self) -> None:

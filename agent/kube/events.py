@@ -42,6 +42,7 @@ class EventRecorder:
         self.api, self.node = api, node
         self._bucket = TokenBucket(1.0 / refill, burst, now)
         self._series: OrderedDict[tuple[str, str, str], _Series] = OrderedDict()
+        self._last_ns = 0
 
     def send(self, spec: EventSpec, uid: str, now: float, wall: float) -> str:
         """Send one event; the result for the metric. Raises `Wait` or a retryable `ApiError` to try later."""
@@ -52,7 +53,7 @@ class EventRecorder:
         s = self._series.get(key)
         result = "created"
         if s is not None and now - s.last < SERIES_FINISH:
-            result = self._patch_series(s, wall) or self._create(spec, uid, key, wall)
+            result = self._patch_series(key, s, wall) or self._create(spec, uid, key, wall)
         else:
             self._create(spec, uid, key, wall)
         self._series[key].last = now
@@ -62,19 +63,23 @@ class EventRecorder:
         self._bucket.take(now)
         return result
 
-    def _patch_series(self, s: _Series, wall: float) -> str | None:
+    def _patch_series(self, key: tuple[str, str, str], s: _Series, wall: float) -> str | None:
         body = {"series": {"count": s.count + 1, "lastObservedTime": micro_time_str(wall)}}
         try:
             self.api.patch_event(NAMESPACE, s.name, body)
         except ApiError as exc:
-            if exc.status == 404:  # expired (default TTL 1h): create it again
+            if exc.status == 404:  # expired (default TTL 1h): create it again, also if this try is cut short
+                del self._series[key]
                 return None
             raise
         s.count += 1
         return "series"
 
     def _create(self, spec: EventSpec, uid: str, key: tuple[str, str, str], wall: float) -> str:
-        name = f"{self.node}.{int(wall * 1e9):x}"
+        # client-go names events <object>.<unix nanoseconds>; kept strictly increasing
+        # here, since two events of one step can carry the same timestamp.
+        self._last_ns = max(int(wall * 1e9), self._last_ns + 1)
+        name = f"{self.node}.{self._last_ns:x}"
         body: dict[str, Any] = {
             "apiVersion": "events.k8s.io/v1",
             "kind": "Event",

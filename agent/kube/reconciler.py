@@ -73,6 +73,7 @@ class Reconciler:
         self._start_at = now + self.rng.uniform(0, cfg.startup_jitter)
         self._resync_at = 0.0
         self._heartbeat_at = 0.0
+        self._stale = False
         self._error_wait = 0.0
         self._logged: dict[str, object] = {}
 
@@ -105,18 +106,18 @@ class Reconciler:
             a = t.finding
             log.log(logging.WARNING if t.kind == "raised" else logging.INFO, "finding %s: %s %s %s (%s)",
                     t.kind, a.check, a.subject, a.reason, a.severity.value)
-        self._queue(events_for(transitions))
+        self._queue(events_for(transitions), persist=False)
         if changed:
-            self._persist()
+            self._persist()  # one atomic write: the transitions and their events, before anything acts on them
         self.desired = decide(self.hyst.active.values(), watched_families(self.latest, exclude=(SOURCE,)), self.cfg)
 
-    def _queue(self, specs: list[EventSpec]) -> None:
+    def _queue(self, specs: list[EventSpec], persist: bool = True) -> None:
         for spec in specs:
             self.outbox.append({"type": spec.type, "reason": spec.reason, "action": spec.action, "note": spec.note})
         if len(self.outbox) > OUTBOX_MAX:
             log.warning("event outbox full: dropping %d oldest events", len(self.outbox) - OUTBOX_MAX)
             del self.outbox[:-OUTBOX_MAX]
-        if specs:
+        if specs and persist:
             self._persist()
 
     def _persist(self) -> None:
@@ -125,6 +126,9 @@ class Reconciler:
         })
 
     def _sync(self, now: float) -> None:
+        if self._stale:  # a 409 told us our copy is old: read the node itself, not the watch cache
+            self.node = self.api.read_node(self.node_name)  # type: ignore[union-attr]
+            self._stale = False
         if self.node is None or now >= self._resync_at:
             self._refresh(now)
         self._sync_taints(now)
@@ -152,8 +156,11 @@ class Reconciler:
             if cause:
                 self._would(current, want, cause)
                 return
+            held = self.budget.held
             want = self._within_budget(now, current, want)
             self._write_taints(now, want)
+            if self.budget.held != held:
+                self._persist()  # after the taint: a crash in between finds the Lease again (409 AlreadyExists)
         if not self.withheld:
             self._logged.pop("budget", None)
         if not any(t.budgeted for t in self.desired.taints):
@@ -176,10 +183,7 @@ class Reconciler:
     def _within_budget(self, now: float, current: list[dict[str, Any]], want: list[DesiredTaint]) -> list[DesiredTaint]:
         if not any(t.budgeted for t in want):
             return want
-        was_held = self.budget.held
         if self.budget.ensure(now, self._uid()):
-            if not was_held:
-                self._persist()
             return want
         present = {str(t.get("key")): t for t in current if self._ours(t)}
         kept: list[DesiredTaint] = []
@@ -211,7 +215,9 @@ class Reconciler:
                     raise
                 self.stats.retry("conflict")
                 log.info("taint write conflicted (resourceVersion %s is stale), re-reading the node", rv)
+                self._stale = True
                 self.node = self.api.read_node(self.node_name)  # fresh: not from the watch cache
+                self._stale = False
                 continue
             ours = sorted(triple(t) for t in taints_of(self.node) if self._ours(t))
             log.info("taints of node %s now: %s", self.node_name, [f"{k}={v}:{e}" for k, v, e in ours] or "none")

@@ -98,6 +98,7 @@ class Cluster:
         self.compacted = 0  # resourceVersions up to this one have left the history
         self.watchers: list[Watcher] = []
         self.cache: dict[Key, Obj] | None = None  # frozen watch cache (resourceVersion=0 reads), None: live
+        self.index: dict[tuple[str, str, str], set[str]] = {}  # (group, plural, namespace) → names
         for ns in ("default", "kube-system"):
             self.create_namespace(ns)
 
@@ -121,6 +122,7 @@ class Cluster:
                 meta.setdefault("uid", str(uuid.uuid4()))
                 meta.setdefault("creationTimestamp", "2026-01-01T00:00:00Z")
             self.objects[key] = copy.deepcopy(obj)
+            self.index.setdefault(key[:3], set()).add(key[3])
             self._publish("ADDED" if old is None else "MODIFIED", key, obj)
             self._after_write(key)
             return copy.deepcopy(obj)
@@ -130,6 +132,7 @@ class Cluster:
             obj = self.objects.pop(key, None)
             if obj is None:
                 return None
+            self.index.get(key[:3], set()).discard(key[3])
             self.rv += 1
             obj["metadata"]["resourceVersion"] = str(self.rv)
             self._publish("DELETED", key, obj)
@@ -166,10 +169,11 @@ class Cluster:
     # ------------------------------------------------------------ quota
 
     def leases_in(self, ns: str) -> int:
-        return sum(1 for (g, p, n, _) in self.objects if (g, p, n) == ("coordination.k8s.io", "leases", ns))
+        return len(self.index.get(("coordination.k8s.io", "leases", ns), ()))
 
     def _quotas(self, ns: str) -> list[tuple[Key, Obj]]:
-        return [(k, o) for k, o in self.objects.items() if k[:3] == ("", "resourcequotas", ns)]
+        keys = [("", "resourcequotas", ns, name) for name in sorted(self.index.get(("", "resourcequotas", ns), ()))]
+        return [(k, self.objects[k]) for k in keys]
 
     def _refresh_quotas(self, ns: str) -> None:
         used = self.leases_in(ns)
@@ -214,6 +218,12 @@ class Cluster:
     def list(self, group: str, plural: str, ns: str, name: str | None, cached: bool) -> list[Obj]:
         with self.lock:
             source = self.cache if (cached and self.cache is not None) else self.objects
+            if name is not None:
+                obj = source.get((group, plural, ns, name))  # cluster-scoped objects have namespace ""
+                if obj is not None or ns:
+                    return [copy.deepcopy(obj)] if obj is not None else []
+            if name is not None:
+                return [copy.deepcopy(o) for k, o in source.items() if k[:2] == (group, plural) and k[3] == name]
             return [copy.deepcopy(o) for k, o in sorted(source.items()) if k[:2] == (group, plural)
                     and (not ns or k[2] == ns) and (name is None or k[3] == name)]
 
