@@ -85,6 +85,8 @@ class Daemon:
         self._start_sources()
         self.store.subscribe(lambda snap: self.notifier.status(summary(snap)))
         self.store.subscribe(lambda snap: self.kube.offer(snap) if self.kube else None)
+        if self.kube is not None:
+            self.kube.offer(self.store.snapshot())
         self._start_metrics()
         self._install_signals()
         self.notifier.ready(summary(self.store.snapshot()))

@@ -69,7 +69,7 @@ def make_agent(i: int, fake: FakeApiServer, clock: VirtualClock, cfg: Any, root:
                       rng=rng, stats=stats)
 
 
-def run(nodes: int, budget: int, apf: float | None, fault_at: float, recover_after: float) -> dict[str, Any]:
+def run(nodes: int, budget: int, apf: float | None, fault_at: float, recover_after: float, spread: float) -> dict[str, Any]:
     clock = VirtualClock()
     fake = FakeApiServer(clock=clock)
     if apf:
@@ -90,11 +90,14 @@ def run(nodes: int, budget: int, apf: float | None, fault_at: float, recover_aft
         seq += 1
         heapq.heappush(heap, (t, seq, i, snap))
 
+    spread_rng = random.Random(0)
     for i in range(nodes):
         push(0.0, i, snapshot([], runs=1))
-        push(fault_at, i, snapshot([finding("FakeDiskFull")], runs=2))
+        # Each node's check sees the fault at its own next run: within `spread` (one check interval).
+        seen = spread_rng.uniform(0, spread)
+        push(fault_at + seen, i, snapshot([finding("FakeDiskFull")], runs=2))
         for k in range(5):
-            push(fault_at + recover_after + 30 * k, i, snapshot([], runs=3 + k))
+            push(fault_at + recover_after + seen + 30 * k, i, snapshot([], runs=3 + k))
     horizon = fault_at + recover_after + 3600
     due = [0.0] * nodes
     while heap:
@@ -116,15 +119,15 @@ def summarize(fake: FakeApiServer, agents: list[Reconciler], fault_at: float, re
               budget: int) -> dict[str, Any]:
     recover_at = fault_at + recover_after
     phases = {"start-up": (0, fault_at), "mass failure": (fault_at, recover_at), "recovery": (recover_at, recover_at + 3600)}
-    out: dict[str, Any] = {"wall_seconds": round(wall, 1), "max_tainted": max_tainted(fake, fault_at, recover_at)}
+    out: dict[str, Any] = {"wall_seconds": round(wall, 1), "max_slots_held": max_tainted(fake)}
     for name, (a, b) in phases.items():
         recs = [r for r in fake.requests if a <= r.t < b]
         per_second = collections.Counter(int(r.t) for r in recs)
         verbs = collections.Counter(r.verb for r in recs)
-        last = max((r.t for r in recs if r.status < 300), default=a)
+        last = max((r.t for r in recs if r.status < 300 and r.verb not in ("get", "list")), default=a)
         out[name] = {
             "requests": len(recs), "429": sum(1 for r in recs if r.status == 429),
-            "peak_per_s": max(per_second.values(), default=0), "settled_after_s": round(last - a, 1),
+            "peak_per_s": max(per_second.values(), default=0), "last_write_after_s": round(last - a, 1),
             "by_verb": dict(sorted(verbs.items())),
         }
     out["tainted_at_end"] = sum(1 for a in agents if a.node and any(
@@ -133,11 +136,8 @@ def summarize(fake: FakeApiServer, agents: list[Reconciler], fault_at: float, re
     return out
 
 
-def max_tainted(fake: FakeApiServer, a: float, b: float) -> int:
-    return len(fake.objects("coordination.k8s.io", "leases", BUDGET_NS)) if False else _peak_leases(fake, a, b)
-
-
-def _peak_leases(fake: FakeApiServer, a: float, b: float) -> int:
+def max_tainted(fake: FakeApiServer) -> int:
+    """The most budget slots held at any moment (a taint is applied only while its slot is held)."""
     held = peak = 0
     for r in fake.requests:
         if "/leases" in r.path and r.status < 300:
@@ -153,8 +153,9 @@ def main() -> None:
     p.add_argument("--apf", type=float, default=250.0, help="server capacity in requests/s (0: unlimited)")
     p.add_argument("--fault-at", type=float, default=600.0)
     p.add_argument("--recover-after", type=float, default=1800.0)
+    p.add_argument("--spread", type=float, default=30.0, help="nodes see the fault within this many seconds (0: all at once)")
     a = p.parse_args()
-    result = run(a.nodes, a.budget, a.apf or None, a.fault_at, a.recover_after)
+    result = run(a.nodes, a.budget, a.apf or None, a.fault_at, a.recover_after, a.spread)
     import json
 
     print(json.dumps(result, indent=2))

@@ -99,18 +99,42 @@ def test_a_bad_kubeconfig_is_one_line_and_exit_2(tmp_path: Any) -> None:
     assert last.startswith(f"agent: {bad}: cannot load the cluster credentials")
 
 
+def _children(pid: int) -> list[int]:
+    with open(f"/proc/{pid}/task/{pid}/children") as fh:
+        return [int(x) for x in fh.read().split()]
+
+
+@pytest.fixture
+def full_disk_ns(tmp_path: Any) -> Iterator[tuple[str, int]]:
+    """A mount + PID namespace holding a 4 MiB tmpfs at a unique path; yields (path, a PID inside)."""
+    from conftest import require_tool
+
+    for tool in ("unshare", "nsenter"):
+        require_tool(tool)
+    mnt = tmp_path / f"nha-disk-{os.getpid()}-{time.monotonic_ns()}"
+    mnt.mkdir()
+    holder = subprocess.Popen(["unshare", "-m", "-p", "-f", "--mount-proc", "sh", "-c",
+                               f'mount -t tmpfs -o size=4m nha-test "{mnt}" && exec sleep 600'])
+    try:
+        wait_for(lambda: _children(holder.pid) != [])
+        inside = _children(holder.pid)[0]
+        wait_for(lambda: str(mnt) in open(f"/proc/{inside}/mountinfo").read())
+        yield str(mnt), inside
+    finally:
+        holder.kill()
+        holder.wait()
+
+
 @pytest.mark.privileged
 @pytest.mark.skipif(
     "DiskFull" not in catalog.reasons(),
     reason="LEAD: enable once the disk check lands on this branch (it declares DiskFull); written against docs/disk.md",
 )
-def test_a_disk_filling_up_taints_the_node(fake: FakeApiServer, agent_run: Any, tmp_path: Any) -> None:
-    """A tmpfs in a private mount namespace fills up → the real disk check reports DiskFull → taint."""
-    from conftest import require_tool
-
-    require_tool("unshare")
-    mnt = tmp_path / f"nha-disk-{os.getpid()}"
-    mnt.mkdir()
+def test_a_disk_filling_up_taints_the_node_and_a_killed_agent_keeps_it(
+        fake: FakeApiServer, agent_run: Any, tmp_path: Any, full_disk_ns: tuple[str, int]) -> None:
+    """A tmpfs fills up → the real disk check reports DiskFull → taint, condition, event; the agent is
+    SIGKILLed and started again → the taint stays and no event is sent twice."""
+    mnt, inside = full_disk_ns
     kubeconfig = fake.kubeconfig(str(tmp_path / "kubeconfig"))
     config = BASE + f"""
 [checks.disk]
@@ -119,16 +143,27 @@ paths = ["{mnt}"]
 include_state_dir = false
 critical_free_percent = 50.0
 warning_free_percent = 60.0
+[checks.network]
+enabled = false
 """
-    # The agent runs as PID 1 of its own mount and PID namespaces (the disk check reads the host's
-    # mount table from /proc/1/mountinfo), with the tmpfs mounted at `mnt`; loopback is shared.
-    script = f'mount -t tmpfs -o size=4m nha-test "{mnt}" && exec "$@"'
-    proc, url = agent_run(config, "--kubeconfig", kubeconfig, prefix=("unshare", "-m", "-p", "-f", "--mount-proc",
-                                                                      "sh", "-c", script, "sh"))
+    # The agent runs in the namespaces of the tmpfs (the disk check reads the host's mount table from
+    # /proc/1/mountinfo: there, the holder's); loopback is shared with the fake API server.
+    enter = ("nsenter", "-t", str(inside), "-m", "-p", "--")
+    proc, url = agent_run(config, "--kubeconfig", kubeconfig, prefix=enter)
     wait_for(lambda: fake.log(verbs=("patch",)) != [], timeout=30)  # healthy: the condition is written once
     assert [t for t in fake.node(NODE)["spec"].get("taints", []) if t["key"].startswith(PREFIX)] == []
-    pid = proc.pid
-    fill = f"nsenter -t {pid} -m dd if=/dev/zero of={mnt}/fill bs=1M count=3"
-    subprocess.run(fill, shell=True, capture_output=True)
+    subprocess.run([*enter, "dd", "if=/dev/zero", f"of={mnt}/fill", "bs=1M", "count=3"], capture_output=True)
     wait_for(lambda: any(t["key"] == PREFIX + "disk" for t in fake.node(NODE)["spec"].get("taints", [])), timeout=30)
     wait_for(lambda: "DiskFull" in [e["reason"] for e in fake.events()], timeout=10)
+    events = len(fake.events())
+    for pid in _children(proc.pid):  # the agent itself (nsenter forked it into the PID namespace)
+        os.kill(pid, signal.SIGKILL)
+    proc.wait(timeout=10)
+    restarted = time.monotonic()
+    proc, url = agent_run(config, "--kubeconfig", kubeconfig, prefix=enter)
+    wait_for(lambda: 'node_health_kube_taint{effect="NoSchedule",key="node-health-agent/disk"} 1.0' in (_get(url) or ""),
+             timeout=30)
+    time.sleep(3)  # a few runs of the disk check after the restart
+    assert any(t["key"] == PREFIX + "disk" for t in fake.node(NODE)["spec"].get("taints", []))
+    assert len(fake.events()) == events, "no event sent twice"
+    assert [r for r in fake.writes(since=restarted) if r.path.endswith(NODE)] == [], "the node needed no change"

@@ -80,5 +80,5 @@ METRICS: tuple[MetricSpec, ...] = (
         "node_health_would_set_condition", "gauge", "1 for each condition the agent would write but does not (dry run).",
         ("type", "status", "cause"),
     ),
-    MetricSpec("node_health_kube_events_total", "counter", "Events by result (created, series, dropped, failed).", ("result",)),
+    MetricSpec("node_health_kube_events_total", "counter", "Events by result (created, series, dropped, failed, dry_run).", ("result",)),
 )

@@ -42,10 +42,14 @@ class EventRecorder:
         self.api, self.node = api, node
         self._bucket = TokenBucket(1.0 / refill, burst, now)
         self._series: OrderedDict[tuple[str, str, str], _Series] = OrderedDict()
-        self._last_ns = 0
 
-    def send(self, spec: EventSpec, uid: str, now: float, wall: float) -> str:
-        """Send one event; the result for the metric. Raises `Wait` or a retryable `ApiError` to try later."""
+    def send(self, spec: EventSpec, uid: str, now: float, wall: float, name: str) -> str:
+        """Send one event; the result for the metric. Raises `Wait` or a retryable `ApiError` to try later.
+
+        `name` is chosen when the event is queued and kept with it in the state
+        file: sent again after a crash, the create answers 409 AlreadyExists and
+        the event is not duplicated.
+        """
         if self._bucket.available(now) < 1:
             log.debug("event %s %s dropped: rate limit", spec.reason, spec.action)
             return "dropped"
@@ -53,9 +57,9 @@ class EventRecorder:
         s = self._series.get(key)
         result = "created"
         if s is not None and now - s.last < SERIES_FINISH:
-            result = self._patch_series(key, s, wall) or self._create(spec, uid, key, wall)
+            result = self._patch_series(key, s, wall) or self._create(spec, uid, key, wall, name)
         else:
-            self._create(spec, uid, key, wall)
+            self._create(spec, uid, key, wall, name)
         self._series[key].last = now
         self._series.move_to_end(key)
         while len(self._series) > CACHE_MAX:
@@ -75,11 +79,7 @@ class EventRecorder:
         s.count += 1
         return "series"
 
-    def _create(self, spec: EventSpec, uid: str, key: tuple[str, str, str], wall: float) -> str:
-        # client-go names events <object>.<unix nanoseconds>; kept strictly increasing
-        # here, since two events of one step can carry the same timestamp.
-        self._last_ns = max(int(wall * 1e9), self._last_ns + 1)
-        name = f"{self.node}.{self._last_ns:x}"
+    def _create(self, spec: EventSpec, uid: str, key: tuple[str, str, str], wall: float, name: str) -> str:
         body: dict[str, Any] = {
             "apiVersion": "events.k8s.io/v1",
             "kind": "Event",
@@ -93,6 +93,10 @@ class EventRecorder:
             "type": spec.type,
             "regarding": {"apiVersion": "v1", "kind": "Node", "name": self.node, "uid": uid},
         }
-        self.api.create_event(NAMESPACE, body)
+        try:
+            self.api.create_event(NAMESPACE, body)
+        except ApiError as exc:
+            if exc.status != 409:  # AlreadyExists: sent before a crash, not yet marked as sent
+                raise
         self._series[key] = _Series(name, 1, 0.0)
         return "created"

@@ -74,6 +74,7 @@ class Reconciler:
         self._resync_at = 0.0
         self._heartbeat_at = 0.0
         self._stale = False
+        self._last_ns = 0
         self._error_wait = 0.0
         self._logged: dict[str, object] = {}
 
@@ -82,8 +83,11 @@ class Reconciler:
     def step(self, now: float, snap: Snapshot | None = None) -> float:
         if snap is not None:
             self.latest = snap
-        if self.latest is not None:
-            self._evaluate(now)
+        if self.latest is None:
+            # Nothing is known yet: acting now would apply an empty desired state and
+            # strip the taints of a sick node right after a restart.
+            return float("inf")
+        self._evaluate(now)
         wake = self.hyst.next_deadline() or float("inf")
         if self.api is None:
             self._dry_run_without_cluster()
@@ -113,7 +117,8 @@ class Reconciler:
 
     def _queue(self, specs: list[EventSpec], persist: bool = True) -> None:
         for spec in specs:
-            self.outbox.append({"type": spec.type, "reason": spec.reason, "action": spec.action, "note": spec.note})
+            self.outbox.append({"type": spec.type, "reason": spec.reason, "action": spec.action, "note": spec.note,
+                                "name": self._event_name()})
         if len(self.outbox) > OUTBOX_MAX:
             log.warning("event outbox full: dropping %d oldest events", len(self.outbox) - OUTBOX_MAX)
             del self.outbox[:-OUTBOX_MAX]
@@ -262,7 +267,8 @@ class Reconciler:
                 result = "dry_run"
             else:
                 try:
-                    result = self.events.send(spec, self._uid(), now, self.wall())
+                    name = item.get("name") or self._event_name()
+                    result = self.events.send(spec, self._uid(), now, self.wall(), name)
                 except ApiError as exc:
                     if exc.retryable:
                         raise
@@ -300,6 +306,11 @@ class Reconciler:
         if self.withheld:
             times.append(self.budget.retry_at)
         return min(times)
+
+    def _event_name(self) -> str:
+        """client-go's <object>.<unix nanoseconds>, kept strictly increasing (one step can queue several)."""
+        self._last_ns = max(int(self.wall() * 1e9), self._last_ns + 1)
+        return f"{self.node_name}.{self._last_ns:x}"
 
     def _uid(self) -> str:
         return str(((self.node or {}).get("metadata") or {}).get("uid", ""))

@@ -234,6 +234,10 @@ class Cluster:
                 initial = [("ADDED", o) for o in self.list(w.group, w.plural, w.namespace, w.name, cached=False)]
             else:
                 start = int(rv)
+                if start > self.rv:  # a resourceVersion from the future (another server, a restored etcd)
+                    raise st.ApiStatus(504, "Timeout", f"Too large resource version: {start}, current: {self.rv}",
+                                       {"retryAfterSeconds": 1, "causes": [{"reason": "ResourceVersionTooLarge"}]},
+                                       {"Retry-After": "1"})
                 if start < self.compacted:
                     raise st.expired(f"too old resource version: {start} ({self.compacted + 1})")
                 initial = [(kind, copy.deepcopy(o)) for r, kind, key, o in self.history if r > start and w.matches(key)]
