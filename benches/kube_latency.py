@@ -76,7 +76,7 @@ def main() -> None:
     samples.sort()
     p99 = samples[min(len(samples) - 1, int(round(0.99 * len(samples))) - 1)]
     print(f"rounds={len(samples)} median={statistics.median(samples) * 1000:.1f}ms p99={p99 * 1000:.1f}ms "
-          f"max={samples[-1] * 1000:.1f}ms first={samples[0] * 1000:.1f}ms")
+          f"min={samples[0] * 1000:.1f}ms max={samples[-1] * 1000:.1f}ms")
 
 
 if __name__ == "__main__":

@@ -92,10 +92,6 @@ class Stats:
             out.append(Sample("node_health_kube_throttled_total", self.throttled))
             return out
 
-    def total(self, verbs: tuple[str, ...] | None = None) -> int:
-        with self._lock:
-            return sum(n for (v, _, _), n in self.requests.items() if verbs is None or v in verbs)
-
 
 def _retry_after(headers: Any, body: Any) -> float | None:
     value = headers.get("Retry-After") if headers is not None else None
@@ -265,7 +261,7 @@ class KubeApi:
         )
         on_open(resp)
         try:
-            for line in iter_resp_lines(resp):
+            for line in iter_resp_lines(resp):  # type: ignore[no-untyped-call]
                 if line.strip():
                     yield json.loads(line)
         finally:

@@ -89,6 +89,10 @@ def _loader(source: ClusterSource, cfg: Any) -> Callable[[], None]:
     from kubernetes import config
 
     if source.kind == "kubeconfig":
-        return lambda: config.load_kube_config(config_file=source.path, client_configuration=cfg, persist_config=False)
-    loader = config.incluster_config.InClusterConfigLoader(token_filename=source.token_file, cert_filename=source.ca_file)
-    return lambda: loader.load_and_set(cfg)
+        return lambda: config.load_kube_config(  # type: ignore[no-untyped-call]
+            config_file=source.path, client_configuration=cfg, persist_config=False
+        )
+    loader = config.incluster_config.InClusterConfigLoader(  # type: ignore[no-untyped-call]
+        token_filename=source.token_file, cert_filename=source.ca_file
+    )
+    return lambda: loader.load_and_set(cfg)  # type: ignore[no-untyped-call]

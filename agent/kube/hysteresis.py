@@ -146,15 +146,15 @@ class Hysteresis:
                     self._raising.pop(key, None)
                     out.append(Transition("raised", a))
         for key, c in list(self._raising.items()):
-            rep = reps.get(c.origin)
-            if rep is None or (key not in rep.findings and not rep.holds(key[1])):
+            seen = reps.get(c.origin)
+            if seen is None or (key not in seen.findings and not seen.holds(key[1])):
                 del self._raising[key]  # raising needs consecutive sightings
         for key, a in list(self.active.items()):
-            rep = reps.get(a.origin)
-            if rep is not None and rep.holds(a.subject):
+            seen = reps.get(a.origin)
+            if seen is not None and seen.holds(a.subject):
                 self._clearing.pop(key, None)
-            elif rep is None or key not in rep.findings:
-                if self._clear_due(key, rep, now):
+            elif seen is None or key not in seen.findings:
+                if self._clear_due(key, seen, now):
                     del self.active[key]
                     self._clearing.pop(key, None)
                     out.append(Transition("cleared", a))
@@ -196,6 +196,3 @@ class Hysteresis:
         times = [c.first + self.cfg.raise_after for c in self._raising.values()]
         times += [c.first + self.cfg.clear_after for c in self._clearing.values()]
         return min(times, default=None)
-
-    def pending(self) -> int:
-        return len(self._raising) + len(self._clearing)

@@ -145,7 +145,7 @@ def _condition(family: str, items: list[Active], prefix: str) -> DesiredConditio
     parts = [f"{a.reason} on {a.subject}" for a in items]
     message = "; ".join(parts)
     if len(message) > MESSAGE_MAX:
-        shown = []
+        shown: list[str] = []
         for p in parts:
             if len("; ".join(shown + [p])) > MESSAGE_MAX - 16:
                 break

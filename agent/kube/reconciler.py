@@ -351,8 +351,8 @@ class Reconciler:
         for k, _, e in sorted(triple(t) for t in taints_of(self.node) if managed(str(t.get("key", "")), self.cfg.taint_prefix)):
             out.append(Sample("node_health_kube_taint", 1.0, (("key", k), ("effect", e))))
         for a in sorted(self.hyst.active.values(), key=lambda a: a.key):
-            labels = (("check", a.check), ("subject", a.subject), ("reason", a.reason), ("severity", a.severity.value))
-            out.append(Sample("node_health_kube_active_finding", 1.0, labels))
+            active = (("check", a.check), ("subject", a.subject), ("reason", a.reason), ("severity", a.severity.value))
+            out.append(Sample("node_health_kube_active_finding", 1.0, active))
         for what, name, labels in (("taint", "node_health_would_taint", ("key", "effect", "cause")),
                                    ("untaint", "node_health_would_untaint", ("key", "effect", "cause")),
                                    ("condition", "node_health_would_set_condition", ("type", "status", "cause"))):

@@ -211,10 +211,6 @@ class Cluster:
         with self.lock:
             self.cache = copy.deepcopy(self.objects)
 
-    def thaw_cache(self) -> None:
-        with self.lock:
-            self.cache = None
-
     def list(self, group: str, plural: str, ns: str, name: str | None, cached: bool) -> list[Obj]:
         with self.lock:
             source = self.cache if (cached and self.cache is not None) else self.objects

@@ -313,6 +313,9 @@ class _HttpServer(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", port), _Handler)
 
     def process_request(self, request: Any, client_address: Any) -> None:
+        # Go's net package (kube-apiserver) sets TCP_NODELAY on every connection; without it the
+        # headers-then-body writes of http.server meet delayed ACKs and every answer waits ~40 ms.
+        request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         with self.conns_lock:
             self.conns.add(request)
         super().process_request(request, client_address)
