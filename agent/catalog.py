@@ -29,6 +29,7 @@ FEATURE_MODULES: tuple[str, ...] = (
     "agent.checks.gpu",
     "agent.checks.traffic",
     "agent.checks.burn",
+    "agent.kube",
 )
 
 

@@ -50,6 +50,7 @@ def build_parser() -> Parser:
     run.add_argument("--state-dir", metavar="DIR", help="state directory (default /var/lib/node-health-agent)")
     run.add_argument("--once", action="store_true", help="run every check once, then exit 0 (healthy) or 1")
     run.add_argument("--dry-run", action="store_true", help="decide but change nothing on the node or cluster")
+    run.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig of the cluster (default: $KUBECONFIG, else in-cluster)")
     run.set_defaults(func=cmd_run)
 
     st = sub.add_parser("selftest", help="run every enabled check once and print a table")
@@ -107,7 +108,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     ov = _overrides(args)
     cfg = load_config(ov)
     logs.setup(cfg.agent.log_level, cfg.agent.log_format)
-    return Daemon(cfg, ov, RunOptions(once=args.once, dry_run=args.dry_run)).run()
+    return Daemon(cfg, ov, RunOptions(once=args.once, dry_run=args.dry_run, kubeconfig=args.kubeconfig)).run()
 
 
 def cmd_selftest(args: argparse.Namespace) -> int:

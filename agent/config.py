@@ -159,12 +159,16 @@ class CheckConfig:
     timeout: float = opt(10.0, "A run longer than this is reported as CheckTimeout.", duration=True, min=0.1)
 
 
+from .kube.settings import KubernetesSection  # noqa: E402 - its fields use opt() above
+
+
 @dataclass(frozen=True)
 class Config:
     source: str = field(default=EMBEDDED, metadata={"internal": True})
     agent: AgentSection = field(default_factory=AgentSection, metadata={"doc": "The agent process."})
     paths: PathsSection = field(default_factory=PathsSection, metadata={"doc": "Host filesystem roots."})
     metrics: MetricsSection = field(default_factory=MetricsSection, metadata={"doc": "The Prometheus endpoint."})
+    kubernetes: KubernetesSection = field(default_factory=KubernetesSection, metadata={"doc": "Node taints, conditions, events."})
     checks: Mapping[str, CheckConfig] = field(
         default_factory=lambda: MappingProxyType({}), metadata={"doc": "One table per check: [checks.<name>]."}
     )

@@ -13,6 +13,7 @@ import signal
 import threading
 from dataclasses import dataclass
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from . import __version__, native
 from collections.abc import Sequence
@@ -28,6 +29,9 @@ from .sdnotify import Notifier
 from .state import StateDir
 from .store import Snapshot, Store
 
+if TYPE_CHECKING:
+    from .kube.actuator import Actuator
+
 log = logging.getLogger(__name__)
 
 
@@ -35,6 +39,7 @@ log = logging.getLogger(__name__)
 class RunOptions:
     once: bool = False
     dry_run: bool = False
+    kubeconfig: str | None = None
 
 
 def summary(snap: Snapshot) -> str:
@@ -58,6 +63,7 @@ class Daemon:
         self.stop = threading.Event()
         self.metrics: MetricsServer | None = None
         self.sources: list[EventSource] = []
+        self.kube: Actuator | None = None
         self.state = StateDir(state_dir(cfg, explicit=bool(overrides.state_dir)))
         self._reloads = {"success": 0, "failure": 0}
         self._last_reload_ok = True
@@ -77,8 +83,12 @@ class Daemon:
         )
         if self.opts.once:
             return self._once()
+        self._start_kube()
         self._start_sources()
         self.store.subscribe(lambda snap: self.notifier.status(summary(snap)))
+        self.store.subscribe(lambda snap: self.kube.offer(snap) if self.kube else None)
+        if self.kube is not None:
+            self.kube.offer(self.store.snapshot())
         self._start_metrics()
         self._install_signals()
         self.notifier.ready(summary(self.store.snapshot()))
@@ -87,6 +97,7 @@ class Daemon:
         finally:
             self.notifier.stopping()
             self._stop_sources()
+            self._stop_kube()
             if self.metrics:
                 self.metrics.stop()
             log.info("stopped")
@@ -103,6 +114,8 @@ class Daemon:
 
     def _start_sources(self) -> None:
         self.sources = build_sources(CheckContext(host_paths(self.cfg), self.state.path, self.cfg, self.opts.dry_run))
+        if self.kube is not None:
+            self.sources.append(self.kube.source)
         known = {}
         for src in self.sources:
             check = src.name
@@ -123,6 +136,22 @@ class Daemon:
             except Exception:
                 log.exception("stopping event source %s", src.name)
         self.sources = []
+
+    def _start_kube(self) -> None:
+        from .kube.actuator import start
+
+        def publish(samples: list[Sample]) -> None:
+            self.scheduler.call_soon(lambda: self.store.set_extra("kubernetes", samples))
+
+        self.kube = start(
+            self.cfg, node_name(self.cfg), self.state, kubeconfig=self.opts.kubeconfig, dry_run=self.opts.dry_run,
+            publish_samples=publish,
+        )
+
+    def _stop_kube(self) -> None:
+        if self.kube is not None:
+            self.kube.stop()
+            self.kube = None
 
     def _start_metrics(self) -> None:
         self.metrics = MetricsServer(self.cfg.metrics, build_registry(self.store), self.store)
@@ -168,6 +197,12 @@ class Daemon:
         logging.getLogger().setLevel(new.agent.log_level.upper())
         self.scheduler.configure(build_checks(new, self.state.path, dry_run=self.opts.dry_run))
         self._stop_sources()
+        if new.kubernetes != old.kubernetes:
+            self._stop_kube()
+            try:
+                self._start_kube()
+            except ConfigError as exc:
+                log.error("kubernetes: %s; node state is not synced until the next good reload", exc)
         self._start_sources()
         if new.metrics != old.metrics:
             if self.metrics:

@@ -16,7 +16,7 @@ def _table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
 
 def config_rows() -> list[tuple[str, str, str]]:
     rows: list[tuple[str, str, str]] = []
-    for section in ("agent", "paths", "metrics"):
+    for section in ("agent", "paths", "metrics", "kubernetes"):
         cls = Config.__dataclass_fields__[section].default_factory  # type: ignore[misc]
         rows += fields_doc(cls, section)  # type: ignore[arg-type]
     for name, spec in registry().items():

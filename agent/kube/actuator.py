@@ -1,0 +1,247 @@
+"""The threads: the reconciler's, the kill switch's, and the hook into the daemon.
+
+The store listener runs on the scheduler's loop thread and only hands the
+snapshot over (latest wins) and wakes the actuator thread: the loop never
+waits on the API server. The actuator thread runs `Reconciler.step` whenever
+it is woken or a timer it asked for is due, so a critical finding goes to
+the API server at once, without waiting for a tick.
+
+The kill switch is one ConfigMap, read with a list and then a watch
+(field selector on its name, bookmarks, resumed from the last
+resourceVersion, a 410 answered by listing again), so flipping it reaches
+every agent within a second and costs one long request per agent per
+30-60 minutes. Until its state is known, taint changes wait.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from ..config import Config
+from ..findings import Finding, Sample
+from ..state import StateDir
+from ..store import Snapshot
+from . import SOURCE
+from .api import ApiError, KubeApi, Stats, Wait
+from .reconciler import Reconciler
+from .settings import KillSwitchSection
+
+log = logging.getLogger(__name__)
+
+WATCH_MIN, WATCH_MAX = 1800, 3600  # seconds a kill-switch watch lasts (jittered)
+IDLE_WAKE = 3600.0  # the actuator wakes at least this often even with nothing to do
+
+
+class FindingsSource:
+    """The actuator's own findings (budget, API errors), pushed like an event source."""
+
+    name = SOURCE
+
+    def __init__(self) -> None:
+        self._emit: Callable[[Sequence[Finding], Sequence[Sample]], None] | None = None
+        self._findings: tuple[Finding, ...] = ()
+
+    def start(self, emit: Callable[[Sequence[Finding], Sequence[Sample]], None]) -> None:
+        self._emit = emit
+        emit(self._findings, ())
+
+    def stop(self) -> None:
+        self._emit = None
+
+    def known_findings(self) -> Iterable[tuple[str, str]]:
+        return (("budget", "TaintBudgetExhausted"), ("budget", "TaintBudgetMissing"), ("api", "KubeApiError"))
+
+    def publish(self, findings: tuple[Finding, ...]) -> None:
+        if findings != self._findings:
+            self._findings = findings
+            if self._emit is not None:
+                self._emit(findings, ())
+
+
+class KillSwitch:
+    def __init__(
+        self, api: KubeApi, cfg: KillSwitchSection, on_change: Callable[[bool | None], None], stop: threading.Event
+    ) -> None:
+        self.api, self.cfg, self.on_change, self.stop = api, cfg, on_change, stop
+        self.state: bool | None = None
+        self._resp: Any = None
+        self._rng = random.Random()
+        self._error: str | None = None
+
+    def run(self) -> None:
+        rv = ""
+        while not self.stop.is_set():
+            try:
+                if not rv:
+                    obj, rv = self.api.list_configmap(self.cfg.namespace, self.cfg.name, block=self._sleep_until)
+                    self._set(self._paused(obj))
+                rv = self._watch(rv)
+                self._error = None
+            except Wait:
+                return  # stopping
+            except ApiError as exc:
+                rv = self._failed(exc, rv)
+            except Exception as exc:  # a watch stream that broke (read timeout, reset): reconnect
+                log.debug("kill-switch watch ended: %s", exc)
+                self._sleep_until(time.monotonic() + self._rng.uniform(1, 5))
+
+    def _watch(self, rv: str) -> str:
+        timeout = self._rng.randint(WATCH_MIN, WATCH_MAX)
+        events = self.api.watch_configmap(self.cfg.namespace, self.cfg.name, rv, timeout, self._sleep_until, self._opened)
+        for ev in events:
+            obj = ev.get("object") or {}
+            if ev.get("type") == "ERROR":  # 410 Expired: the resourceVersion left the watch cache's window
+                log.info("kill-switch watch: %s; listing again", obj.get("message"))
+                return ""
+            rv = str((obj.get("metadata") or {}).get("resourceVersion") or rv)
+            if ev.get("type") in ("ADDED", "MODIFIED"):
+                self._set(self._paused(obj))
+            elif ev.get("type") == "DELETED":
+                self._set(False)
+            if self.stop.is_set():
+                break
+        return rv
+
+    def _failed(self, exc: ApiError, rv: str) -> str:
+        if exc.status == 410:
+            return ""
+        if self._error != str(exc):
+            log.error("kill switch %s/%s unreadable: %s", self.cfg.namespace, self.cfg.name, exc)
+            self._error = str(exc)
+        if not rv:
+            self._set(None)  # cannot tell: taint changes wait
+        if not exc.retryable:
+            self._sleep_until(time.monotonic() + self._rng.uniform(30, 90))
+        return ""
+
+    def _paused(self, obj: dict[str, Any] | None) -> bool:
+        value = ((obj or {}).get("data") or {}).get(self.cfg.key, "")
+        return str(value).strip().lower() == "true"
+
+    def _set(self, state: bool | None) -> None:
+        if state != self.state:
+            log.warning("kill switch %s/%s: %s", self.cfg.namespace, self.cfg.name,
+                        {True: "taint changes PAUSED", False: "taint changes allowed", None: "state unknown, taint changes wait"}[state])
+            self.state = state
+            self.on_change(state)
+
+    def _sleep_until(self, until: float) -> bool:
+        return not self.stop.wait(max(0.0, until - time.monotonic()))
+
+    def _opened(self, resp: Any) -> None:
+        self._resp = resp
+
+    def interrupt(self) -> None:
+        """Unblock a thread reading the watch stream (as kubernetes' Watch.stop does)."""
+        sock = getattr(getattr(self._resp, "connection", None), "sock", None)
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+
+class Actuator:
+    def __init__(
+        self, reconciler: Reconciler, *, kill_switch: KillSwitchSection | None,
+        publish_samples: Callable[[list[Sample]], None],
+    ) -> None:
+        self.reconciler = reconciler
+        self.source = FindingsSource()
+        self._publish_samples = publish_samples
+        self._samples: list[Sample] | None = None
+        self._lock = threading.Lock()
+        self._snap: Snapshot | None = None
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self.kill_switch: KillSwitch | None = None
+        api = reconciler.api
+        if api is not None and kill_switch is not None and kill_switch.name:
+            self.kill_switch = KillSwitch(api, kill_switch, self._paused, self._stop)
+
+    def offer(self, snap: Snapshot) -> None:
+        """Store listener (scheduler loop thread): hand over, never block."""
+        with self._lock:
+            self._snap = snap
+        self._wake.set()
+
+    def start(self) -> None:
+        self._threads = [threading.Thread(target=self._run, name="kube-actuator", daemon=True)]
+        if self.kill_switch is not None:
+            self._threads.append(threading.Thread(target=self.kill_switch.run, name="kube-kill-switch", daemon=True))
+        for t in self._threads:
+            t.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self.kill_switch is not None:
+            self.kill_switch.interrupt()
+        for t in self._threads:
+            t.join(timeout=5)
+
+    def _paused(self, state: bool | None) -> None:
+        self.reconciler.paused = state
+        self._wake.set()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._wake.clear()
+            with self._lock:
+                snap, self._snap = self._snap, None
+            now = time.monotonic()
+            try:
+                wake = self.reconciler.step(now, snap)
+            except Exception:  # the agent cannot crash; try again later
+                log.exception("kubernetes actuator step failed")
+                wake = now + 30
+            self._publish()
+            self._wake.wait(timeout=min(IDLE_WAKE, max(0.0, wake - time.monotonic())))
+
+    def _publish(self) -> None:
+        rec = self.reconciler
+        self.source.publish(rec.findings())
+        if self.kill_switch is None:
+            ks = "disabled"
+        else:
+            ks = {True: "paused", False: "active", None: "unknown"}[rec.paused]
+        samples = rec.samples(ks)
+        if samples != self._samples:
+            self._samples = samples
+            self._publish_samples(samples)
+
+
+def start(
+    cfg: Config, node: str, state: StateDir, *, kubeconfig: str | None, dry_run: bool,
+    publish_samples: Callable[[list[Sample]], None],
+) -> Actuator | None:
+    """Build and start the actuator (None when the feature is off). Raises ConfigError for bad credentials."""
+    k = cfg.kubernetes
+    if not k.enabled:
+        return None
+    from .connect import build_client, find_cluster
+
+    cluster = find_cluster(kubeconfig, k.kubeconfig)
+    api = None
+    stats = Stats()
+    now = time.monotonic()
+    if cluster is None:
+        log.warning("no cluster configured (no --kubeconfig, $KUBECONFIG or service account): dry run, nothing is written")
+    else:
+        from .ratelimit import Gate
+
+        client, reauth = build_client(cluster)
+        gate = Gate(qps=k.qps, burst=k.burst, backoff_max=k.backoff_max, now=now)
+        api = KubeApi(client, gate=gate, clock=time.monotonic, stats=stats, timeout=k.request_timeout, reauth=reauth)
+        log.info("kubernetes: node %s via %s%s", node, cluster.describe(), " (dry run)" if dry_run or k.dry_run else "")
+    rec = Reconciler(k, node, state, api=api, dry_run=dry_run or k.dry_run, now=now, stats=stats)
+    act = Actuator(rec, kill_switch=k.kill_switch, publish_samples=publish_samples)
+    act.start()
+    return act

@@ -1,0 +1,159 @@
+"""The ``[kubernetes]`` configuration section (no kubernetes import here).
+
+Validation is strict because these values end up in the API server: a taint
+prefix outside the agent's own domain, or a resync loop of seconds across
+7,500 nodes, is refused at load time with one line.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Literal
+
+from ..config import opt
+
+Effect = Literal["none", "NoSchedule", "PreferNoSchedule", "NoExecute"]
+
+_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+_PREFIX = re.compile(rf"^(?P<domain>{_LABEL}(\.{_LABEL})*)/(?P<name>[A-Za-z0-9][-A-Za-z0-9_.]*)?$")
+# Kubernetes reserves these domains; node.kubernetes.io/* taints belong to the
+# node lifecycle controller and the kubelet:
+# https://kubernetes.io/docs/reference/labels-annotations-taints/
+RESERVED_DOMAINS = ("kubernetes.io", "k8s.io")
+_CONDITION_PREFIX = re.compile(r"^[A-Z][A-Za-z0-9]{0,39}$")
+_NAME = re.compile(rf"^{_LABEL}$")
+
+
+def check_taint_prefix(value: str) -> str | None:
+    m = _PREFIX.match(value)
+    if not m or len(m["domain"]) > 253 or len(m["name"] or "") > 40:
+        return f'expected "<your-domain>/" optionally followed by a short name prefix (e.g. "health.example.com/"), got "{value}"'
+    domain = m["domain"]
+    if any(domain == r or domain.endswith("." + r) for r in RESERVED_DOMAINS):
+        return f'expected a domain of your own, got "{domain}" (reserved for Kubernetes components)'
+    return None
+
+
+def check_condition_prefix(value: str) -> str | None:
+    if not _CONDITION_PREFIX.match(value):
+        return f'expected a CamelCase word of at most 40 letters/digits (e.g. "NodeHealth"), got "{value}"'
+    return None
+
+
+def check_name(value: str) -> str | None:
+    if not _NAME.match(value) or len(value) > 63:
+        return f'expected a Kubernetes object name (lowercase letters, digits, "-"), got "{value}"'
+    return None
+
+
+def check_optional_name(value: str) -> str | None:
+    return None if value == "" else check_name(value)
+
+
+def check_heartbeat(value: float) -> str | None:
+    if value == 0 or value >= 300:
+        return None
+    return 'expected 0 (no heartbeat) or at least "5m" (KEP-589: every node status write fans out to every Node watcher)'
+
+
+@dataclass(frozen=True)
+class HysteresisSection:
+    raise_cycles: int = opt(
+        3, "A warning counts after this many consecutive runs of its check report it (critical: at once).", min=1, max=1000
+    )
+    raise_after: float = opt(
+        300.0, "... or after it has been reported continuously this long (the rule for pushed findings).", duration=True, min=0
+    )
+    clear_cycles: int = opt(
+        5, "An active finding is released after this many consecutive runs of its check without it.", min=1, max=1000
+    )
+    clear_after: float = opt(600.0, "... or after it has been absent this long, whichever comes first.", duration=True, min=0)
+
+
+@dataclass(frozen=True)
+class PolicySection:
+    critical: Effect = opt("NoSchedule", "Taint effect for an active critical finding (none: condition and event only).")
+    warning: Effect = opt("none", "Taint effect for an active warning finding.")
+    overrides: Mapping[str, Effect] = opt(
+        MappingProxyType({}),
+        '"check" or "check/Reason" ("*/Reason": any check) = effect; wins over the severity default.',
+    )
+
+    def validate(self) -> tuple[str, str] | None:
+        from .. import catalog
+        from ..checks import registry
+
+        for key in self.overrides:
+            check, _, reason = key.partition("/")
+            if check != "*" and check not in registry():
+                return f"overrides.{key}", f'unknown check "{check}"; expected one of "*", ' + ", ".join(registry())
+            if reason and reason not in catalog.reasons():
+                return f"overrides.{key}", f'unknown finding reason "{reason}" (see `agent docs reasons`)'
+            if check == "*" and not reason:
+                return f"overrides.{key}", 'expected "*/Reason"; use the severity defaults for every check'
+        return None
+
+
+@dataclass(frozen=True)
+class KillSwitchSection:
+    namespace: str = opt("node-health", "Namespace of the kill-switch ConfigMap.", check=check_name)
+    name: str = opt(
+        "node-health-agent-kill-switch", "Name of the kill-switch ConfigMap; empty: no kill switch.", check=check_optional_name
+    )
+    key: str = opt("paused", 'Data key whose value "true" pauses every agent\'s taint changes.')
+
+
+@dataclass(frozen=True)
+class BudgetSection:
+    enabled: bool = opt(True, "Claim a slot (a Lease under a ResourceQuota) before tainting; false: no fleet-wide cap.")
+    namespace: str = opt("node-health-budget", "Namespace holding the slot Leases and their ResourceQuota.", check=check_name)
+    quota_name: str = opt(
+        "node-health-taint-budget",
+        "ResourceQuota that caps count/leases.coordination.k8s.io; missing: no taint is applied (fail closed).",
+        check=check_name,
+    )
+    retry_interval: float = opt(
+        60.0, "First wait before trying again for a slot after the budget was full (doubles up to resync_interval).",
+        duration=True, min=5,
+    )
+
+
+@dataclass(frozen=True)
+class KubernetesSection:
+    enabled: bool = opt(True, "Turn active findings into taints, conditions and events on this node.")
+    kubeconfig: str = opt(
+        "", "kubeconfig file; empty: $KUBECONFIG, else the pod's service account, else no cluster (dry run)."
+    )
+    dry_run: bool = opt(False, "Decide and log the exact changes, write nothing (as `agent run --dry-run`).")
+    taint_prefix: str = opt(
+        "node-health-agent/", "Prefix of every taint key the agent owns; taints outside it are never touched.",
+        check=check_taint_prefix,
+    )
+    condition_prefix: str = opt(
+        "NodeHealth", "Prefix of the node condition types the agent owns (<prefix><Family>Problem).",
+        check=check_condition_prefix,
+    )
+    resync_interval: float = opt(
+        1200.0, "Re-read the Node this often (±20%) to repair drift such as a removed taint.", duration=True, min=600
+    )
+    condition_heartbeat: float = opt(
+        0.0, "Re-send unchanged conditions this often; 0: write only on change.", duration=True, check=check_heartbeat
+    )
+    startup_jitter: float = opt(30.0, "Wait up to this long (at random) before the first request.", duration=True, min=0, max=600)
+    qps: float = opt(0.2, "Client-side rate limit: sustained requests per second.", min=0.001, max=100)
+    burst: int = opt(8, "Client-side rate limit: requests allowed at once.", min=1, max=100)
+    backoff_max: float = opt(
+        300.0, "Longest wait after a 429, a 5xx or a connection error (exponential, jittered, never below Retry-After).",
+        duration=True, min=1,
+    )
+    request_timeout: float = opt(10.0, "Timeout of one API request.", duration=True, min=1, max=120)
+    conflict_retries: int = opt(5, "Fresh read-and-retry attempts of a taint write after 409 Conflict.", min=1, max=20)
+    event_burst: int = opt(25, "Events this agent may send at once (client-go's default).", min=1, max=1000)
+    event_refill: float = opt(300.0, "One more event is allowed per this interval.", duration=True, min=1)
+    hysteresis: HysteresisSection = field(default_factory=HysteresisSection, metadata={"doc": "When findings count."})
+    policy: PolicySection = field(default_factory=PolicySection, metadata={"doc": "Which taint effect a finding gets."})
+    kill_switch: KillSwitchSection = field(default_factory=KillSwitchSection, metadata={"doc": "Cluster-wide pause."})
+    budget: BudgetSection = field(default_factory=BudgetSection, metadata={"doc": "Fleet-wide cap on tainted nodes."})

@@ -1,0 +1,220 @@
+"""daemonset/: valid against the Kubernetes schemas, consistent with the agent's config, and a
+ValidatingAdmissionPolicy that does what it says (its CEL evaluated offline with cel-python)."""
+
+from __future__ import annotations
+
+import copy
+import glob
+import os
+from typing import Any
+
+import celpy
+import kubernetes_validate
+import pytest
+import yaml
+
+from agent.config import parse
+
+ROOT = os.path.join(os.path.dirname(__file__), "..", "daemonset")
+K8S_VERSION = "1.32"  # VAP v1: 1.30; the node-name claim in bound tokens: GA in 1.32
+AGENT = "system:serviceaccount:node-health:node-health-agent"
+
+
+def docs() -> list[dict[str, Any]]:
+    out = []
+    for path in sorted(glob.glob(os.path.join(ROOT, "*.yaml"))):
+        if not path.endswith("kustomization.yaml"):
+            out += [d for d in yaml.safe_load_all(open(path)) if d]
+    return out
+
+
+def find(kind: str, name: str | None = None) -> dict[str, Any]:
+    (doc,) = [d for d in docs() if d["kind"] == kind and (name is None or d["metadata"]["name"] == name)]
+    return doc
+
+
+def agent_config() -> Any:
+    return parse(find("ConfigMap", "node-health-agent-config")["data"]["agent.toml"], "daemonset/config.yaml")
+
+
+# The PodMonitor is a Prometheus Operator CRD (no schema here): test_podmonitor_selects_the_agent_pods checks it.
+@pytest.mark.parametrize("doc", [pytest.param(d, id=f"{d['kind']}/{d['metadata']['name']}") for d in docs()
+                                 if not d["apiVersion"].startswith("monitoring.coreos.com/")])
+def test_manifest_is_valid(doc: dict[str, Any]) -> None:
+    kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+
+
+def test_kustomization_lists_every_file() -> None:
+    listed = yaml.safe_load(open(os.path.join(ROOT, "kustomization.yaml")))["resources"]
+    files = sorted(os.path.basename(p) for p in glob.glob(os.path.join(ROOT, "*.yaml")) if "kustomization" not in p)
+    assert sorted(listed) == files
+
+
+def test_podmonitor_selects_the_agent_pods() -> None:
+    pm, ds = find("PodMonitor"), find("DaemonSet")
+    pod = ds["spec"]["template"]
+    assert pm["spec"]["selector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
+    assert pm["spec"]["namespaceSelector"]["matchNames"] == [ds["metadata"]["namespace"]]
+    ports = {p["name"] for c in pod["spec"]["containers"] for p in c["ports"]}
+    assert all(e["port"] in ports and e["path"] == "/metrics" for e in pm["spec"]["podMetricsEndpoints"])
+
+
+def test_daemonset_runs_everywhere_as_the_agent_expects() -> None:
+    ds = find("DaemonSet")
+    spec = ds["spec"]["template"]["spec"]
+    (c,) = spec["containers"]
+    cfg = agent_config()
+    assert {"operator": "Exists"} in spec["tolerations"], "tolerates every taint, its own included"
+    assert spec["priorityClassName"] == "system-node-critical" and spec["hostNetwork"] is True
+    assert {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}} in c["env"]
+    assert "NET_ADMIN" in c["securityContext"]["capabilities"]["add"]
+    assert c["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    port = {p["name"]: p["containerPort"] for p in c["ports"]}[c["livenessProbe"]["httpGet"]["port"]]
+    assert cfg.metrics.listen.endswith(f":{port}")
+    assert c["resources"]["requests"] and c["resources"]["limits"]
+    assert ds["spec"]["updateStrategy"]["rollingUpdate"]["maxUnavailable"] == "10%"
+    mounts = {m["mountPath"]: m for m in c["volumeMounts"]}
+    for path in (cfg.paths.procfs, cfg.paths.sysfs, cfg.paths.rootfs, "/dev/kmsg", cfg.agent.state_dir):
+        assert path in mounts, path
+    hostpaths = {v["name"]: v.get("hostPath", {}).get("path") for v in spec["volumes"]}
+    assert hostpaths[mounts[cfg.agent.state_dir]["name"]] == "/var/lib/node-health-agent", "state survives the pod"
+
+
+def test_config_names_match_the_cluster_objects() -> None:
+    k = agent_config().kubernetes
+    assert find("ConfigMap", k.kill_switch.name)["metadata"]["namespace"] == k.kill_switch.namespace
+    quota = find("ResourceQuota", k.budget.quota_name)
+    assert quota["metadata"]["namespace"] == k.budget.namespace
+    assert "count/leases.coordination.k8s.io" in quota["spec"]["hard"]
+    roles = {r["metadata"]["name"]: r for r in docs() if r["kind"] == "Role"}
+    assert roles["node-health-agent-kill-switch"]["rules"][0]["resourceNames"] == [k.kill_switch.name]
+    assert roles["node-health-agent-budget"]["metadata"]["namespace"] == k.budget.namespace
+
+
+@pytest.mark.parametrize(
+    ("group", "resource", "verb", "namespace"),
+    [
+        ("", "nodes", "list", ""), ("", "nodes", "get", ""), ("", "nodes", "patch", ""),
+        ("", "nodes/status", "patch", ""),
+        ("events.k8s.io", "events", "create", "default"), ("events.k8s.io", "events", "patch", "default"),
+        ("", "configmaps", "list", "node-health"), ("", "configmaps", "watch", "node-health"),
+        ("coordination.k8s.io", "leases", "create", "node-health-budget"),
+        ("coordination.k8s.io", "leases", "get", "node-health-budget"),
+        ("coordination.k8s.io", "leases", "delete", "node-health-budget"),
+        ("", "resourcequotas", "get", "node-health-budget"),
+    ],
+)
+def test_rbac_grants_each_call_the_agent_makes(group: str, resource: str, verb: str, namespace: str) -> None:
+    kind = "Role" if namespace else "ClusterRole"
+    rules = [r for d in docs() if d["kind"] == kind and d["metadata"].get("namespace", "") == namespace for r in d["rules"]]
+    assert any(group in r["apiGroups"] and resource in r["resources"] and verb in r["verbs"] for r in rules)
+
+
+def test_rbac_grants_nothing_broad() -> None:
+    for d in docs():
+        for rule in d.get("rules", []):
+            assert "*" not in rule["verbs"] + rule["resources"] + rule["apiGroups"]
+            assert not {"update", "deletecollection", "escalate", "bind"} & set(rule["verbs"])
+
+
+# ---------------------------------------------------------------- the policy's CEL
+
+
+class Policy:
+    def __init__(self, name: str) -> None:
+        self.doc = find("ValidatingAdmissionPolicy", name)
+        self.env = celpy.Environment()
+
+    def _eval(self, expr: str, act: dict[str, Any]) -> Any:
+        return self.env.program(self.env.compile(expr)).evaluate(act)
+
+    def admit(self, request: dict[str, Any], obj: Any, old: Any) -> list[str]:
+        """The failed validations' messages; [] when admitted (or not matched)."""
+        act: dict[str, Any] = {"request": celpy.json_to_cel(request), "object": celpy.json_to_cel(obj),
+                               "oldObject": celpy.json_to_cel(old)}
+        if not all(self._eval(m["expression"], act) for m in self.doc["spec"].get("matchConditions", [])):
+            return []
+        variables: dict[str, Any] = {}
+        for v in self.doc["spec"].get("variables", []):
+            act["variables"] = celpy.celtypes.MapType(variables)
+            variables[celpy.celtypes.StringType(v["name"])] = self._eval(v["expression"], act)
+        act["variables"] = celpy.celtypes.MapType(variables)
+        return [v.get("message", v["expression"]) for v in self.doc["spec"]["validations"] if not self._eval(v["expression"], act)]
+
+    def variable(self, name: str) -> str:
+        (v,) = [v for v in self.doc["spec"]["variables"] if v["name"] == name]
+        return str(self._eval(v["expression"], {}))
+
+
+def node(name: str = "n1", taints: list[dict[str, str]] | None = None, conditions: list[dict[str, str]] | None = None) -> dict[str, Any]:
+    return {"metadata": {"name": name, "labels": {"a": "b"}}, "spec": {"taints": taints or []},
+            "status": {"conditions": conditions or [{"type": "Ready", "status": "True"}], "capacity": {"cpu": "8"}}}
+
+
+def request(node_claim: str | None = "n1", sub: str = "", user: str = AGENT, name: str = "n1", op: str = "UPDATE") -> dict[str, Any]:
+    extra = {"authentication.kubernetes.io/node-name": [node_claim]} if node_claim else {}
+    return {"userInfo": {"username": user, "extra": extra}, "subResource": sub, "name": name, "operation": op}
+
+
+OURS = {"key": "node-health-agent/disk", "value": "DiskFull", "effect": "NoSchedule"}
+THEIRS = {"key": "other.team/drain", "effect": "NoSchedule"}
+OUR_COND = {"type": "NodeHealthDiskProblem", "status": "True"}
+
+
+def with_(obj: dict[str, Any], fn: Any) -> dict[str, Any]:
+    out = copy.deepcopy(obj)
+    fn(out)
+    return out
+
+
+@pytest.mark.parametrize(
+    ("req", "old", "new", "allowed"),
+    [
+        pytest.param(request(), node(taints=[THEIRS]), node(taints=[THEIRS, OURS]), True, id="adds its taint to its node"),
+        pytest.param(request(), node(taints=[THEIRS, OURS]), node(taints=[THEIRS]), True, id="removes its taint"),
+        pytest.param(request(name="n2"), node("n2"), node("n2", taints=[OURS]), False, id="another node"),
+        pytest.param(request(node_claim=None), node(), node(taints=[OURS]), False, id="token without the node claim"),
+        pytest.param(request(), node(taints=[THEIRS]), node(taints=[OURS]), False, id="removes a foreign taint"),
+        pytest.param(request(), node(), node(taints=[{"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}]),
+                     False, id="adds a reserved taint"),
+        pytest.param(request(), node(), with_(node(), lambda n: n["spec"].update(unschedulable=True)), False, id="cordons"),
+        pytest.param(request(), node(), with_(node(), lambda n: n["metadata"]["labels"].update(x="y")), False, id="labels"),
+        pytest.param(request(sub="status"), node(), node(conditions=[{"type": "Ready", "status": "True"}, OUR_COND]),
+                     True, id="status: sets its condition"),
+        pytest.param(request(sub="status"), node(), node(conditions=[{"type": "Ready", "status": "False"}]), False,
+                     id="status: changes the kubelet's Ready"),
+        pytest.param(request(sub="status"), node(), with_(node(), lambda n: n["status"]["capacity"].update(cpu="64")),
+                     False, id="status: fakes capacity"),
+        pytest.param(request(user="system:node:n1"), node(taints=[THEIRS]), node(), True, id="someone else: not matched"),
+    ],
+)
+def test_node_policy(req: dict[str, Any], old: dict[str, Any], new: dict[str, Any], allowed: bool) -> None:
+    assert (Policy("node-health-agent-own-node").admit(req, new, old) == []) == allowed
+
+
+@pytest.mark.parametrize(
+    ("req", "lease", "allowed"),
+    [
+        pytest.param(request(op="CREATE"), {"metadata": {"name": "n1", "ownerReferences": [{"kind": "Node", "name": "n1"}]}},
+                     True, id="its own slot"),
+        pytest.param(request(op="CREATE", name="n2"), {"metadata": {"name": "n2", "ownerReferences": [{"kind": "Node", "name": "n2"}]}},
+                     False, id="another node's slot"),
+        pytest.param(request(op="CREATE"), {"metadata": {"name": "n1"}}, False, id="not owned by the node"),
+        pytest.param(request(op="DELETE", name="n2"), None, False, id="frees another node's slot"),
+        pytest.param(request(op="DELETE"), None, True, id="frees its own slot"),
+    ],
+)
+def test_lease_policy(req: dict[str, Any], lease: Any, allowed: bool) -> None:
+    assert (Policy("node-health-agent-own-lease").admit(req, lease, None) == []) == allowed
+
+
+def test_policy_uses_the_configured_prefixes() -> None:
+    k = agent_config().kubernetes
+    policy = Policy("node-health-agent-own-node")
+    assert policy.variable("taintPrefix") == k.taint_prefix
+    assert policy.variable("conditionPrefix") == k.condition_prefix
+    rbac_sa = find("ServiceAccount")
+    assert f"system:serviceaccount:{rbac_sa['metadata']['namespace']}:{rbac_sa['metadata']['name']}" == AGENT
+    for name in ("node-health-agent-own-node", "node-health-agent-own-lease"):
+        assert AGENT in Policy(name).doc["spec"]["matchConditions"][0]["expression"]
+        assert find("ValidatingAdmissionPolicyBinding", name)["spec"]["policyName"] == name
