@@ -20,6 +20,7 @@ from typing import Any
 
 from ..findings import Finding, Severity
 from ..store import Snapshot
+from .families import is_gate
 from .settings import HysteresisSection
 
 Key = tuple[str, str, str]  # (check, subject, reason)
@@ -170,13 +171,15 @@ class Hysteresis:
         self._clearing.pop(key, None)
 
     def _raise_due(self, key: Key, f: Finding, rep: Report, origin: str, now: float) -> bool:
-        if f.severity is Severity.CRITICAL:
+        if f.severity is Severity.CRITICAL or is_gate(f.reason):
             return True
         c = self._count(self._raising, key, rep, now)
         c.origin = origin
         return c.cycles >= self.cfg.raise_cycles or now - c.first >= self.cfg.raise_after
 
     def _clear_due(self, key: Key, rep: Report | None, now: float) -> bool:
+        if is_gate(key[2]):  # a gate (preflight) that passed releases the node at once
+            return True
         c = self._count(self._clearing, key, rep, now)
         return c.cycles >= self.cfg.clear_cycles or now - c.first >= self.cfg.clear_after
 

@@ -12,12 +12,13 @@ sent, and the kubelet's conditions are never part of the patch.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from .policy import RESERVED_SUFFIXES, DesiredCondition, DesiredTaint
 
 Taint = dict[str, Any]
+Owns = Callable[[str], bool]  # is this taint key ours to add, change and remove?
 
 
 def rfc3339(wall: float) -> str:
@@ -49,22 +50,26 @@ def conditions_of(node: dict[str, Any] | None) -> list[dict[str, Any]]:
     return list(((node or {}).get("status") or {}).get("conditions") or [])
 
 
-def managed(key: str, prefix: str) -> bool:
-    """A taint this reconciler owns: under the prefix, and not a reserved key (preflight)."""
-    return key.startswith(prefix) and key[len(prefix):] not in RESERVED_SUFFIXES
+def managed(key: str, prefix: str, gates: frozenset[str] = frozenset()) -> bool:
+    """A taint this reconciler owns: under the prefix, and not a reserved key
+    (preflight) unless that gate is on (the burn preflight runs here)."""
+    if not key.startswith(prefix):
+        return False
+    suffix = key[len(prefix):]
+    return suffix not in RESERVED_SUFFIXES or suffix in gates
 
 
 def triple(t: Taint) -> tuple[str, str, str]:
     return (str(t.get("key", "")), str(t.get("value") or ""), str(t.get("effect", "")))
 
 
-def plan_taints(current: list[Taint], want: Iterable[DesiredTaint], prefix: str, wall: float) -> list[Taint] | None:
+def plan_taints(current: list[Taint], want: Iterable[DesiredTaint], owns: Owns, wall: float) -> list[Taint] | None:
     """The full new taints list, or None when the node already carries exactly `want`."""
     want = list(want)
-    have = {triple(t): t for t in current if managed(str(t.get("key", "")), prefix)}
+    have = {triple(t): t for t in current if owns(str(t.get("key", "")))}
     if set(have) == {(d.key, d.value, d.effect) for d in want}:
         return None
-    out = [t for t in current if not managed(str(t.get("key", "")), prefix)]
+    out = [t for t in current if not owns(str(t.get("key", "")))]
     for d in want:
         existing = have.get((d.key, d.value, d.effect))
         if existing is not None:
@@ -77,9 +82,9 @@ def plan_taints(current: list[Taint], want: Iterable[DesiredTaint], prefix: str,
     return out
 
 
-def diff_taints(current: list[Taint], want: Iterable[DesiredTaint], prefix: str) -> tuple[list[tuple[str, str, str]], list[tuple[str, str, str]]]:
+def diff_taints(current: list[Taint], want: Iterable[DesiredTaint], owns: Owns) -> tuple[list[tuple[str, str, str]], list[tuple[str, str, str]]]:
     """(to add, to remove) as (key, value, effect)."""
-    have = {triple(t) for t in current if managed(str(t.get("key", "")), prefix)}
+    have = {triple(t) for t in current if owns(str(t.get("key", "")))}
     wanted = {(d.key, d.value, d.effect) for d in want}
     return sorted(wanted - have), sorted(have - wanted)
 

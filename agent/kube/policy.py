@@ -16,23 +16,18 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from .. import catalog
 from ..findings import Severity
 from ..store import Snapshot
+from .families import GATE_FAMILIES, family_of
 from .hysteresis import Active, Transition
 from .settings import KubernetesSection, PolicySection
 
 EFFECT_RANK = {"none": 0, "PreferNoSchedule": 1, "NoSchedule": 2, "NoExecute": 3}
-# Taint keys under the prefix that this policy never derives from findings.
-# `preflight` is reserved for the start-up gate (a later feature: the kubelet
-# registers the node with it and the agent removes it once the node passed);
-# such taints are exempt from the budget and left alone until that feature
-# manages them.
-RESERVED_SUFFIXES = frozenset({"preflight"})
+RESERVED_SUFFIXES = frozenset(f.lower() for f in GATE_FAMILIES)  # taint keys only a gate manages
 BUDGET_EXEMPT_SUFFIXES = RESERVED_SUFFIXES
 MESSAGE_MAX = 256
 NOTE_MAX = 1024  # events.k8s.io/v1: "Maximal length of the note is 1kB"
@@ -68,14 +63,6 @@ class EventSpec:
     note: str
 
 
-def family_of(reason: str) -> str:
-    try:
-        family = catalog.reason(reason).family
-    except KeyError:
-        family = "Agent"
-    return re.sub(r"[^A-Za-z0-9]", "", family) or "Agent"
-
-
 def taint_key(prefix: str, family: str) -> str:
     return prefix + family.lower()
 
@@ -93,6 +80,11 @@ def effect_for(check: str, reason: str, severity: Severity, cfg: PolicySection) 
     if severity is Severity.WARNING:
         return cfg.warning
     return "none"
+
+
+def gates_of(families: Iterable[str]) -> frozenset[str]:
+    """The reserved taint suffixes to manage, given the families being watched."""
+    return frozenset(f.lower() for f in families if f in GATE_FAMILIES)
 
 
 def watched_families(snap: Snapshot, exclude: Iterable[str] = ()) -> frozenset[str]:
@@ -130,6 +122,8 @@ def _taint(family: str, items: list[Active], cfg: KubernetesSection) -> DesiredT
         return (-EFFECT_RANK[effect], -a.severity.rank, a.reason, a.check, a.subject)
 
     worst = min(items, key=order)
+    if family in GATE_FAMILIES:
+        return DesiredTaint(taint_key(cfg.taint_prefix, family), worst.reason, GATE_FAMILIES[family], budgeted=False)
     effect = effect_for(worst.check, worst.reason, worst.severity, cfg.policy)
     if effect == "none":
         return None

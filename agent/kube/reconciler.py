@@ -30,7 +30,17 @@ from .budget import Budget
 from .events import EventRecorder
 from .hysteresis import Hysteresis, reports
 from .nodes import conditions_of, diff_taints, managed, plan_conditions, plan_taints, taints_of, triple
-from .policy import Desired, DesiredTaint, EventSpec, budget_event, decide, events_for, watched_families
+from .policy import (
+    BUDGET_EXEMPT_SUFFIXES,
+    Desired,
+    DesiredTaint,
+    EventSpec,
+    budget_event,
+    decide,
+    events_for,
+    gates_of,
+    watched_families,
+)
 from .settings import KubernetesSection
 
 log = logging.getLogger(__name__)
@@ -65,6 +75,7 @@ class Reconciler:
         self.paused: bool | None = False if not cfg.kill_switch.name else None
         self.node: dict[str, Any] | None = None
         self.desired = Desired()
+        self.gates: frozenset[str] = frozenset()  # reserved taint keys managed now (preflight)
         self.latest: Snapshot | None = None
         self.withheld: list[DesiredTaint] = []
         self.would: dict[str, set[tuple[str, ...]]] = {"taint": set(), "untaint": set(), "condition": set()}
@@ -113,7 +124,9 @@ class Reconciler:
         self._queue(events_for(transitions), persist=False)
         if changed:
             self._persist()  # one atomic write: the transitions and their events, before anything acts on them
-        self.desired = decide(self.hyst.active.values(), watched_families(self.latest, exclude=(SOURCE,)), self.cfg)
+        families = watched_families(self.latest, exclude=(SOURCE,))
+        self.gates = gates_of(families)
+        self.desired = decide(self.hyst.active.values(), families, self.cfg)
 
     def _queue(self, specs: list[EventSpec], persist: bool = True) -> None:
         for spec in specs:
@@ -156,7 +169,7 @@ class Reconciler:
         current = taints_of(self.node)
         self.would["taint"], self.would["untaint"] = set(), set()
         self.withheld = []
-        if plan_taints(current, want, self.cfg.taint_prefix, 0) is not None:
+        if plan_taints(current, want, self._owns, 0) is not None:
             cause = "dry_run" if self.dry_run else ("kill_switch" if self.paused is not False else "")
             if cause:
                 self._would(current, want, cause)
@@ -170,13 +183,21 @@ class Reconciler:
             self._logged.pop("budget", None)
         if not any(t.budgeted for t in self.desired.taints):
             self.budget.idle()
-            if not any(self._ours(t) for t in taints_of(self.node)) and self.budget.held:
+            if not any(self._budgeted(t) for t in taints_of(self.node)) and self.budget.held:
                 self.budget.release()
                 self._persist()
 
+    def _owns(self, key: str) -> bool:
+        return managed(key, self.cfg.taint_prefix, self.gates)
+
     def _ours(self, t: dict[str, Any]) -> bool:
-        """One of the taints this reconciler manages (all of them need a budget slot)."""
-        return managed(str(t.get("key", "")), self.cfg.taint_prefix)
+        """One of the taints this reconciler manages."""
+        return self._owns(str(t.get("key", "")))
+
+    def _budgeted(self, t: dict[str, Any]) -> bool:
+        """One of ours that holds a slot of the fleet-wide budget (gates such as preflight do not)."""
+        key = str(t.get("key", ""))
+        return self._owns(key) and key[len(self.cfg.taint_prefix):] not in BUDGET_EXEMPT_SUFFIXES
 
     def _once(self, topic: str, value: object) -> bool:
         """True the first time `value` is seen for `topic` (logs once per state change)."""
@@ -209,7 +230,7 @@ class Reconciler:
     def _write_taints(self, now: float, want: list[DesiredTaint]) -> None:
         assert self.api is not None and self.node is not None
         for attempt in range(self.cfg.conflict_retries):
-            plan = plan_taints(taints_of(self.node), want, self.cfg.taint_prefix, self.wall())
+            plan = plan_taints(taints_of(self.node), want, self._owns, self.wall())
             if plan is None:
                 return
             rv = self.node["metadata"]["resourceVersion"]
@@ -230,10 +251,10 @@ class Reconciler:
         raise ApiError(409, f"taint write still conflicting after {self.cfg.conflict_retries} fresh reads", reason="Conflict")
 
     def _would(self, current: list[dict[str, Any]], want: list[DesiredTaint], cause: str) -> None:
-        add, remove = diff_taints(current, want, self.cfg.taint_prefix)
+        add, remove = diff_taints(current, want, self._owns)
         self.would["taint"] = {(k, e, cause) for k, _, e in add}
         self.would["untaint"] = {(k, e, cause) for k, _, e in remove}
-        plan = plan_taints(current, want, self.cfg.taint_prefix, self.wall())
+        plan = plan_taints(current, want, self._owns, self.wall())
         if self._once("taints", (cause, str(plan))):
             log.warning("%s: not changing taints of node %s; would PATCH spec.taints to %s (add %s, remove %s)",
                         cause.replace("_", " "), self.node_name, plan, add, remove)
@@ -348,7 +369,7 @@ class Reconciler:
             out.append(Sample("node_health_kube_kill_switch", float(state == kill_switch), (("state", state),)))
         for state in ("idle", "held", "exhausted", "missing", "disabled"):
             out.append(Sample("node_health_kube_budget", float(state == self.budget.state), (("state", state),)))
-        for k, _, e in sorted(triple(t) for t in taints_of(self.node) if managed(str(t.get("key", "")), self.cfg.taint_prefix)):
+        for k, _, e in sorted(triple(t) for t in taints_of(self.node) if self._ours(t)):
             out.append(Sample("node_health_kube_taint", 1.0, (("key", k), ("effect", e))))
         for a in sorted(self.hyst.active.values(), key=lambda a: a.key):
             active = (("check", a.check), ("subject", a.subject), ("reason", a.reason), ("severity", a.severity.value))
