@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import glob
 import os
+from pathlib import Path
 from typing import Any
 
 import celpy
@@ -67,15 +68,19 @@ def test_daemonset_runs_everywhere_as_the_agent_expects() -> None:
     assert {"operator": "Exists"} in spec["tolerations"], "tolerates every taint, its own included"
     assert spec["priorityClassName"] == "system-node-critical" and spec["hostNetwork"] is True
     assert {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}} in c["env"]
-    assert "NET_ADMIN" in c["securityContext"]["capabilities"]["add"]
+    # /dev/kmsg and /dev/nvidia* need more than capabilities: see the comment in daemonset.yaml
+    assert c["securityContext"]["privileged"] is True and c["securityContext"]["readOnlyRootFilesystem"] is True
     assert c["livenessProbe"]["httpGet"]["path"] == "/healthz"
     port = {p["name"]: p["containerPort"] for p in c["ports"]}[c["livenessProbe"]["httpGet"]["port"]]
     assert cfg.metrics.listen.endswith(f":{port}")
     assert c["resources"]["requests"] and c["resources"]["limits"]
     assert ds["spec"]["updateStrategy"]["rollingUpdate"]["maxUnavailable"] == "10%"
     mounts = {m["mountPath"]: m for m in c["volumeMounts"]}
-    for path in (cfg.paths.procfs, cfg.paths.sysfs, cfg.paths.rootfs, "/dev/kmsg", cfg.agent.state_dir):
+    for path in (cfg.paths.procfs, cfg.paths.sysfs, cfg.paths.rootfs, "/dev/kmsg", cfg.agent.state_dir, "/run/xtables.lock"):
         assert path in mounts, path
+    assert not mounts[cfg.paths.rootfs].get("readOnly"), "the disk check's write probe needs the host's / writable"
+    assert mounts[cfg.paths.rootfs]["mountPropagation"] == "HostToContainer", "mounts made later are seen"
+    assert cfg.checks["gpu"].driver_root.startswith(cfg.paths.rootfs), "NVML comes from the host's driver"
     hostpaths = {v["name"]: v.get("hostPath", {}).get("path") for v in spec["volumes"]}
     assert hostpaths[mounts[cfg.agent.state_dir]["name"]] == "/var/lib/node-health-agent", "state survives the pod"
 
@@ -218,3 +223,10 @@ def test_policy_uses_the_configured_prefixes() -> None:
     for name in ("node-health-agent-own-node", "node-health-agent-own-lease"):
         assert AGENT in Policy(name).doc["spec"]["matchConditions"][0]["expression"]
         assert find("ValidatingAdmissionPolicyBinding", name)["spec"]["policyName"] == name
+
+
+def test_image_runs_the_command_the_daemonset_gives() -> None:
+    dockerfile = (Path(__file__).parent.parent / "daemonset" / "Dockerfile").read_text()
+    assert 'ENTRYPOINT ["agent"]' in dockerfile and "iptables nftables" in dockerfile
+    (c,) = find("DaemonSet")["spec"]["template"]["spec"]["containers"]
+    assert c["args"][0] == "run" and c["args"][1:] == ["--config", "/etc/node-health-agent/agent.toml"]
