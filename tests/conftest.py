@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 from collections.abc import Iterator
 from typing import Any
 
@@ -50,3 +51,24 @@ def mount_ns() -> Iterator[Any]:
     require_tool("nsenter")
     with MountNamespace() as ns:
         yield ns
+
+
+def _our_host_rules() -> str:
+    """Our traffic rules in this (the test runner's) network namespace, both backends."""
+    out = []
+    for tool in ("iptables-nft-save", "iptables-legacy-save", "ip6tables-nft-save", "ip6tables-legacy-save"):
+        if os.geteuid() != 0 or shutil.which(tool) is None:
+            continue
+        res = subprocess.run([tool], capture_output=True, text=True, check=False)
+        out += [line for line in res.stdout.splitlines() if "node-health-agent:" in line or "NODE-HEALTH-" in line]
+    return "\n".join(out)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def host_firewall_untouched() -> Iterator[None]:
+    """Tests run agents in namespaces of their own or with the traffic check off:
+    the machine running the tests must not end up with our rules in its tables."""
+    before = _our_host_rules()
+    yield
+    after = _our_host_rules()
+    assert after == before, f"the tests left traffic rules in the host's own tables:\n{after}"
