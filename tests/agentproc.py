@@ -61,6 +61,11 @@ class NotifySocket:
         self.sock.close()
 
 
+# Agents under test run in the test machine's own network namespace: unless a
+# test configures the traffic check itself, keep them off the host's firewall.
+NO_TRAFFIC = "\n[checks.traffic]\nenabled = false\n"
+
+
 class Agent:
     def __init__(
         self,
@@ -75,13 +80,15 @@ class Agent:
         self.port = free_port()
         self.base = f"{scheme}://127.0.0.1:{self.port}"
         self.config_path = tmp / "agent.toml"
-        if config is not None:
-            self.config_path.write_text(config)
+        if config is None:
+            config = ""
+        if "[checks.traffic]" not in config:
+            config += NO_TRAFFIC
+        self.config_path.write_text(config)
         self.log_path = tmp / f"agent-{self.port}.log"
         cmd = [*wrap, sys.executable, "-m", "agent", "run", "--listen", f"127.0.0.1:{self.port}",
                "--state-dir", str(tmp / "state"), "--log-format", "json", *args]
-        if config is not None:
-            cmd += ["--config", str(self.config_path)]
+        cmd += ["--config", str(self.config_path)]
         full_env = dict(os.environ, **(env or {}))
         if notify is not None:
             full_env["NOTIFY_SOCKET"] = notify.path
