@@ -12,6 +12,10 @@ def u64(field: bytes) -> int | None:
     """A non-empty run of ASCII digits that fits in a u64, else None."""
     if not field.isdigit():  # bytes.isdigit is ASCII-only and False for b""
         return None
+    if len(field) > 20:  # past 4300 digits int() raises (CVE-2020-10735 limit); u64 has 20
+        field = field.lstrip(b"0") or b"0"
+        if len(field) > 20:
+            return None
     value = int(field)
     return value if value <= _U64_MAX else None
 
