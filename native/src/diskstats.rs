@@ -6,7 +6,7 @@
 //! fewer than 11 statistics or a non-integer among the fields used are skipped.
 
 use crate::ffi::Out;
-use crate::text::{line_end, scan_u64s_line, skip_blanks, token_end};
+use crate::scan::{line_end, scan_u64s_line, skip_blanks, token_end};
 
 pub const STATS: usize = 17;
 pub const MIN_STATS: usize = 11;
@@ -34,12 +34,8 @@ fn record(input: &[u8], start: usize, out: &mut Out) -> Option<usize> {
     if n < MIN_STATS {
         return None;
     }
-    out.num(ids[0]);
-    out.num(ids[1]);
-    out.num(n as u64);
-    for v in stats {
-        out.num(v);
-    }
+    out.nums(&[ids[0], ids[1], n as u64]);
+    out.nums(&stats);
     out.str(&input[name_start..name_end]);
     out.end_record();
     Some(after)

@@ -117,6 +117,16 @@ impl<'a> Out<'a> {
         self.n_nums += 1;
     }
 
+    /// Writes several numbers at once (one bounds check, one copy).
+    #[inline]
+    pub fn nums(&mut self, vs: &[u64]) {
+        let end = self.n_nums + vs.len();
+        if let Some(slot) = self.nums.get_mut(self.n_nums..end) {
+            slot.copy_from_slice(vs);
+        }
+        self.n_nums = end;
+    }
+
     /// Writes `s` followed by a NUL terminator.
     #[inline]
     pub fn str(&mut self, s: &[u8]) {
@@ -131,7 +141,7 @@ impl<'a> Out<'a> {
     /// Writes `s` with the kernel's `\ooo` octal escapes decoded (see `unescape_octal`).
     #[inline]
     pub fn str_unescaped(&mut self, s: &[u8]) {
-        if crate::text::find_byte(b'\\', s).is_none() {
+        if crate::scan::find_byte(b'\\', s).is_none() {
             return self.str(s);
         }
         for b in crate::text::unescape_octal(s) {
@@ -217,7 +227,7 @@ pub(crate) fn collect(parse: fn(&[u8], &mut Out), input: &[u8], nnums: usize) ->
     };
     assert_eq!(rc, NHA_OK);
     let strings: Vec<Vec<u8>> = strs[..counts[2]].split(|&b| b == 0).map(<[u8]>::to_vec).collect();
-    let nstrs = if counts[0] == 0 { 0 } else { (strings.len() - 1) / counts[0] };
+    let nstrs = (strings.len() - 1).checked_div(counts[0]).unwrap_or(0);
     (0..counts[0])
         .map(|r| (nums[r * nnums..(r + 1) * nnums].to_vec(), strings[r * nstrs..(r + 1) * nstrs].to_vec()))
         .collect()

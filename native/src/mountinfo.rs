@@ -16,52 +16,109 @@
 //! fields after it, or with non-integer ids, are skipped.
 
 use crate::ffi::Out;
-use crate::text::{find_byte, lines, parse_u64};
+use crate::scan::{eq_masks64, find_byte};
+use crate::text::parse_u64;
 
 pub fn parse(input: &[u8], out: &mut Out) {
-    for line in lines(input) {
-        if let Some(f) = split(line) {
-            write(line, &f, out);
+    let mut start = 0;
+    while start <= input.len() {
+        let line = scan_line(input, start);
+        if let Some(fields) = line.fields {
+            write(&input[start..line.end], &fields, line.escaped, out);
         }
+        start = line.end + 1;
     }
 }
 
-/// Byte ranges of a line's fields: the six fixed ones, the optional fields,
-/// then filesystem type, source and super options.
+/// Byte ranges (within the line) of the fields a record is made of: the six
+/// fixed ones, the optional fields, then filesystem type, source and super options.
 struct Fields {
     fixed: [(usize, usize); 6],
     optional: (usize, usize),
     tail: [(usize, usize); 3],
 }
 
-fn split(line: &[u8]) -> Option<Fields> {
-    let mut fixed = [(0, 0); 6];
-    let mut i = 0;
-    for f in &mut fixed {
-        let sp = i + find_byte(b' ', &line[i..])?;
-        *f = (i, sp);
-        i = sp + 1;
-    }
-    let opt_start = i;
-    // The separator is the first field (from the seventh on) that is exactly "-".
-    let sep = loop {
-        let sp = i + find_byte(b' ', &line[i..])?;
-        if sp == i + 1 && line[i] == b'-' {
-            break i;
-        }
-        i = sp + 1;
-    };
-    let fstype_start = sep + 2;
-    let fstype_end = fstype_start + find_byte(b' ', &line[fstype_start..])?;
-    let source_end = fstype_end + 1 + find_byte(b' ', &line[fstype_end + 1..])?;
-    Some(Fields {
-        fixed,
-        optional: (opt_start, sep.saturating_sub(1).max(opt_start)),
-        tail: [(fstype_start, fstype_end), (fstype_end + 1, source_end), (source_end + 1, line.len())],
-    })
+struct Line {
+    end: usize, // index of the `\n` (or the input's end)
+    escaped: bool,
+    fields: Option<Fields>,
 }
 
-fn write(line: &[u8], f: &Fields, out: &mut Out) {
+/// Finds a line's end, its backslashes and the spaces that delimit its fields
+/// in one pass, 64 bytes at a time.
+fn scan_line(input: &[u8], start: usize) -> Line {
+    let mut split = Splitter::default();
+    let mut escaped = false;
+    let mut i = start;
+    let end = loop {
+        let ([mut spaces, newline, backslash], covered) = eq_masks64(input, i, [b' ', b'\n', b'\\']);
+        let before = match (newline, covered) {
+            (0, 64) => u64::MAX,
+            (0, n) => (1 << n) - 1,
+            (nl, _) => (nl & nl.wrapping_neg()) - 1,
+        };
+        escaped |= backslash & before != 0;
+        spaces &= before;
+        while spaces != 0 {
+            split.space(&input[start..], i + spaces.trailing_zeros() as usize - start);
+            spaces &= spaces - 1;
+        }
+        if newline != 0 {
+            break i + newline.trailing_zeros() as usize;
+        }
+        if covered < 64 {
+            break input.len();
+        }
+        i += 64;
+    };
+    Line { end, escaped, fields: split.finish(end - start) }
+}
+
+/// Splits a line at single spaces as they are found, left to right: the first
+/// six fields, then the first field (from the seventh on) that is exactly "-",
+/// then the filesystem type and the source; what follows is the super options.
+#[derive(Default)]
+struct Splitter {
+    fixed: [(usize, usize); 6],
+    nfixed: usize,
+    field_start: usize,
+    sep: Option<usize>,
+    tail_ends: [usize; 2],
+    ntail: usize,
+}
+
+impl Splitter {
+    #[inline]
+    fn space(&mut self, line: &[u8], at: usize) {
+        let start = self.field_start;
+        self.field_start = at + 1;
+        if self.nfixed < 6 {
+            self.fixed[self.nfixed] = (start, at);
+            self.nfixed += 1;
+        } else if self.sep.is_none() {
+            if at == start + 1 && line[start] == b'-' {
+                self.sep = Some(start);
+            }
+        } else if self.ntail < 2 {
+            self.tail_ends[self.ntail] = at;
+            self.ntail += 1;
+        }
+    }
+
+    fn finish(&self, len: usize) -> Option<Fields> {
+        let sep = self.sep.filter(|_| self.ntail == 2)?;
+        let opt_start = self.fixed[5].1 + 1;
+        let [fstype_end, source_end] = self.tail_ends;
+        Some(Fields {
+            fixed: self.fixed,
+            // the fields between the mount options and "-", spaces included ("" when none)
+            optional: (opt_start, sep.saturating_sub(1).max(opt_start)),
+            tail: [(sep + 2, fstype_end), (fstype_end + 1, source_end), (source_end + 1, len)],
+        })
+    }
+}
+
+fn write(line: &[u8], f: &Fields, escaped: bool, out: &mut Out) {
     let field = |(a, b): (usize, usize)| &line[a..b];
     let (Some(id), Some(parent)) = (parse_u64(field(f.fixed[0])), parse_u64(field(f.fixed[1]))) else { return };
     let dev = field(f.fixed[2]);
@@ -71,7 +128,6 @@ fn write(line: &[u8], f: &Fields, out: &mut Out) {
     out.num(parent);
     out.num(major);
     out.num(minor);
-    let escaped = find_byte(b'\\', line).is_some();
     for range in [f.fixed[3], f.fixed[4], f.fixed[5], f.optional, f.tail[0], f.tail[1], f.tail[2]] {
         if escaped {
             out.str_unescaped(field(range));

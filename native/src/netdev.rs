@@ -6,7 +6,8 @@
 //! first 16 fields are not all unsigned integers are skipped.
 
 use crate::ffi::Out;
-use crate::text::{find_either, line_end, scan_u64s_line, trim};
+use crate::scan::{find_either, line_end, scan_u64s_line};
+use crate::text::trim;
 
 pub const NUMS: usize = 16;
 
@@ -22,9 +23,7 @@ pub fn parse(input: &[u8], out: &mut Out) {
             let name = trim(&rest[..colon]);
             if let Some((NUMS, after)) = scan_u64s_line(input, start + colon + 1, &mut vals) {
                 if !name.is_empty() {
-                    for v in vals {
-                        out.num(v);
-                    }
+                    out.nums(&vals);
                     out.str(name);
                     out.end_record();
                 }

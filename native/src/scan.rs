@@ -1,0 +1,445 @@
+//! Word-at-a-time scanning for the parsers' hot loops: finding bytes, skipping
+//! blanks and reading counters eight bytes at a time (SWAR), with the exact
+//! semantics of the byte-by-byte helpers in `text` (which the tests hold them to).
+
+use crate::text::{is_ws, parse_u64};
+
+/// `scan_u64s` over the line that goes on at `buf[i..]`: stops at its `\n`
+/// (or the end of `buf`) and also returns the index after the last number.
+///
+/// This is the inner loop of every counter file. It classifies 64 bytes at a
+/// time (blank, newline, digit) and takes the numbers from those masks: a
+/// token is a run of non-blank bytes, valid when all of them are digits, and
+/// up to 16 digits are converted eight bytes at a time. No first pass to find
+/// where the line ends, no branch on each byte.
+#[inline]
+pub fn scan_u64s_line(buf: &[u8], mut i: usize, out: &mut [u64]) -> Option<(usize, usize)> {
+    let mut n = 0;
+    let mut open: Option<usize> = None; // start of a token that runs on into the next window
+    loop {
+        let ([blank, newline, digit], covered) = class_masks64(buf, i);
+        let in_line = match (newline, covered) {
+            (0, 64) => u64::MAX,
+            (0, c) => (1 << c) - 1,
+            (nl, _) => (nl & nl.wrapping_neg()) - 1,
+        };
+        let token_bytes = !blank & in_line;
+        let mut from = 0; // bit where the next token may start
+        let mut start = open.take().map(|at| (at, 0));
+        loop {
+            let (at, s) = match start.take() {
+                Some(open_token) => open_token,
+                None => {
+                    let starts = token_bytes & (u64::MAX << from);
+                    if starts == 0 {
+                        break;
+                    }
+                    let s = starts.trailing_zeros();
+                    (i + s as usize, s)
+                }
+            };
+            let after = !token_bytes & (u64::MAX << s);
+            let e = if after == 0 { 64 } else { after.trailing_zeros() };
+            let token = (u64::MAX >> (64 - (e - s).max(1))) << s;
+            if e > s && digit & token != token {
+                return None;
+            }
+            if e == 64 {
+                open = Some(at); // ends in a later window
+                break;
+            }
+            out[n] = digits_at(buf, at, i + e as usize - at)?;
+            n += 1;
+            if n == out.len() {
+                return Some((n, i + e as usize));
+            }
+            from = e;
+        }
+        if in_line != u64::MAX {
+            return Some((n, i + in_line.count_ones() as usize)); // the line ended
+        }
+        i += 64;
+    }
+}
+
+/// The u64 written by the `k` ASCII digits at `buf[at..]`; `None` if it overflows.
+#[inline(always)]
+fn digits_at(buf: &[u8], at: usize, k: usize) -> Option<u64> {
+    let (Some(a), Some(b), true) = (load8(buf, at), load8(buf, at + 8), k <= 16) else {
+        return parse_u64(&buf[at..at + k]); // near the end of the input, or 17 digits and more
+    };
+    let (da, db) = (a ^ (LO * u64::from(b'0')), b ^ (LO * u64::from(b'0'))); // digits become 0..=9
+    if k <= 8 {
+        // `x << (64 - 8k)` keeps the k leading digits as the low-order ones
+        return Some(eight_digits(da << (64 - 8 * k)));
+    }
+    Some(eight_digits(da) * POW10[k - 8] + eight_digits(db << (128 - 8 * k)))
+}
+
+/// The index of the first byte at or after `i` that is not a blank (whitespace
+/// other than `\n`), or `buf.len()`.
+#[inline(always)]
+pub fn skip_blanks(buf: &[u8], mut i: usize) -> usize {
+    loop {
+        if let Some(x) = load8(buf, i) {
+            let other = nonzero_bytes(x ^ (LO * u64::from(b' ')));
+            if other == 0 {
+                i += 8;
+                continue;
+            }
+            i += (other.trailing_zeros() / 8) as usize;
+        }
+        match buf.get(i) {
+            Some(&b) if b != b'\n' && is_ws(b) => i += 1,
+            _ => return i,
+        }
+    }
+}
+
+/// The index of the first whitespace byte (`\n` included) at or after `i`, or `buf.len()`.
+#[inline]
+pub fn token_end(buf: &[u8], i: usize) -> usize {
+    buf[i..].iter().position(|&b| is_ws(b)).map_or(buf.len(), |n| i + n)
+}
+
+/// The index of the `\n` that ends the line going on at `i`, or `buf.len()`.
+#[inline]
+pub fn line_end(buf: &[u8], i: usize) -> usize {
+    find_byte(b'\n', &buf[i..]).map_or(buf.len(), |n| i + n)
+}
+
+const POW10: [u64; 9] = [1, 10, 100, 1_000, 10_000, 100_000, 1_000_000, 10_000_000, 100_000_000];
+
+#[inline(always)]
+fn load8(s: &[u8], i: usize) -> Option<u64> {
+    s.get(i..i + 8).map(|c| u64::from_le_bytes(c.try_into().unwrap()))
+}
+
+/// The high bit of the first zero byte of `x`, and maybe of bytes above it
+/// (a borrow can flag those): only the lowest flag is exact.
+#[inline(always)]
+fn zero_bytes(x: u64) -> u64 {
+    x.wrapping_sub(LO) & !x & HI
+}
+
+/// The high bit of every byte of `x` that is not zero (exact: no carry between bytes).
+#[inline(always)]
+fn nonzero_bytes(x: u64) -> u64 {
+    (((x & !HI) + !HI) | x) & HI
+}
+
+/// The high bit of every byte of `d` (a chunk xor b'0') that is not 0..=9.
+#[inline(always)]
+fn nondigit_bytes(d: u64) -> u64 {
+    (((d & !HI) + LO * (0x80 - 10)) | d) & HI
+}
+
+/// Eight digit values (0..=9, first digit in the lowest byte) as one number.
+#[inline(always)]
+fn eight_digits(d: u64) -> u64 {
+    let d = (d.wrapping_mul(10) + (d >> 8)) & 0x00FF_00FF_00FF_00FF;
+    let d = (d.wrapping_mul(100) + (d >> 16)) & 0x0000_FFFF_0000_FFFF;
+    (d.wrapping_mul(10_000) + (d >> 32)) & 0xFFFF_FFFF
+}
+
+const LO: u64 = 0x0101_0101_0101_0101;
+const HI: u64 = 0x8080_8080_8080_8080;
+
+/// Index of the first `needle` in `hay`, eight bytes at a time (std has no
+/// public memchr).
+#[inline]
+pub fn find_byte(needle: u8, hay: &[u8]) -> Option<usize> {
+    let pattern = LO * u64::from(needle);
+    let mut chunks = hay.chunks_exact(8);
+    let mut base = 0;
+    for chunk in &mut chunks {
+        let found = zero_bytes(u64::from_le_bytes(chunk.try_into().unwrap()) ^ pattern);
+        if found != 0 {
+            return Some(base + (found.trailing_zeros() / 8) as usize);
+        }
+        base += 8;
+    }
+    chunks.remainder().iter().position(|&b| b == needle).map(|i| base + i)
+}
+
+/// Index of the first byte of `hay` that is `a` or `b`, eight bytes at a time.
+#[inline]
+pub fn find_either(a: u8, b: u8, hay: &[u8]) -> Option<usize> {
+    let (pa, pb) = (LO * u64::from(a), LO * u64::from(b));
+    let mut chunks = hay.chunks_exact(8);
+    let mut base = 0;
+    for chunk in &mut chunks {
+        let x = u64::from_le_bytes(chunk.try_into().unwrap());
+        let found = zero_bytes(x ^ pa) | zero_bytes(x ^ pb);
+        if found != 0 {
+            return Some(base + (found.trailing_zeros() / 8) as usize);
+        }
+        base += 8;
+    }
+    chunks.remainder().iter().position(|&c| c == a || c == b).map(|i| base + i)
+}
+
+/// Masks of the 64 bytes at `buf[i..]`: blanks (whitespace other than `\n`,
+/// as `is_ws` counts it), `\n`, and ASCII digits; and how many bytes they
+/// cover (fewer than 64 only at the end of `buf`).
+#[inline(always)]
+pub fn class_masks64(buf: &[u8], i: usize) -> ([u64; 3], usize) {
+    let mut masks = [0u64; 3];
+    match buf.get(i..i + 64) {
+        Some(block) => {
+            for (q, chunk) in block.chunks_exact(16).enumerate() {
+                for (acc, m) in masks.iter_mut().zip(classify16(chunk.try_into().unwrap())) {
+                    *acc |= u64::from(m) << (16 * q);
+                }
+            }
+            (masks, 64)
+        }
+        None => {
+            let rest = &buf[i.min(buf.len())..];
+            for (k, &b) in rest.iter().enumerate() {
+                let classes = [b != b'\n' && is_ws(b), b == b'\n', b.is_ascii_digit()];
+                for (acc, c) in masks.iter_mut().zip(classes) {
+                    *acc |= u64::from(c) << k;
+                }
+            }
+            (masks, rest.len())
+        }
+    }
+}
+
+/// `[blank, newline, digit]` masks of 16 bytes (see `class_masks64`).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn classify16(block: &[u8; 16]) -> [u32; 3] {
+    use std::arch::x86_64::*;
+    // SAFETY: SSE2 is part of every x86_64 target; the load is unaligned and reads `block` only.
+    unsafe {
+        let x = _mm_loadu_si128(block.as_ptr().cast::<__m128i>());
+        let in_range = |lo: u8, span: u8| {
+            let d = _mm_sub_epi8(x, _mm_set1_epi8(lo as i8));
+            _mm_cmpeq_epi8(_mm_min_epu8(d, _mm_set1_epi8(span as i8)), d) // lo <= x <= lo + span, unsigned
+        };
+        let newline = _mm_cmpeq_epi8(x, _mm_set1_epi8(b'\n' as i8));
+        let space = _mm_cmpeq_epi8(x, _mm_set1_epi8(b' ' as i8));
+        let blank = _mm_or_si128(space, _mm_andnot_si128(newline, in_range(b'\t', 4)));
+        [blank, newline, in_range(b'0', 9)].map(|m| _mm_movemask_epi8(m) as u32)
+    }
+}
+
+/// `[blank, newline, digit]` masks of 16 bytes (see `class_masks64`).
+#[cfg(not(target_arch = "x86_64"))]
+#[inline(always)]
+fn classify16(block: &[u8; 16]) -> [u32; 3] {
+    classify16_swar(block)
+}
+
+/// `classify16` eight bytes at a time, for targets without SSE2 (and to test it against).
+#[cfg_attr(target_arch = "x86_64", allow(dead_code))]
+#[inline(always)]
+fn classify16_swar(block: &[u8; 16]) -> [u32; 3] {
+    let half = |x: u64| {
+        let low7 = x & !HI;
+        let at_least = |v: u8| low7 + LO * u64::from(0x80 - v); // high bit set where the byte (< 0x80) is >= v
+        let control = at_least(b'\t') & !at_least(b'\r' + 1) & !x & HI; // \t \n \x0b \x0c \r
+        let newline = !nonzero_bytes(x ^ (LO * u64::from(b'\n'))) & HI;
+        let space = !nonzero_bytes(x ^ (LO * u64::from(b' '))) & HI;
+        let digit = !nondigit_bytes(x ^ (LO * u64::from(b'0'))) & HI;
+        [(control & !newline) | space, newline, digit].map(gather)
+    };
+    let lo = half(u64::from_le_bytes(block[..8].try_into().unwrap()));
+    let hi = half(u64::from_le_bytes(block[8..].try_into().unwrap()));
+    [0, 1, 2].map(|k| lo[k] | hi[k] << 8)
+}
+
+/// The high bit of each byte of `m` gathered into bit k (the multiplication
+/// collects one bit per byte into the top byte, without carries).
+#[inline(always)]
+fn gather(m: u64) -> u32 {
+    (((m >> 7).wrapping_mul(0x0102_0408_1020_4080)) >> 56) as u32
+}
+
+/// For each needle, a mask with bit `k` set where `buf[i + k]` is that needle,
+/// over the next 64 bytes; also how many bytes that covers (fewer than 64 only
+/// at the end of `buf`).
+#[inline(always)]
+pub fn eq_masks64<const N: usize>(buf: &[u8], i: usize, needles: [u8; N]) -> ([u64; N], usize) {
+    let mut masks = [0u64; N];
+    match buf.get(i..i + 64) {
+        Some(block) => {
+            for (q, chunk) in block.chunks_exact(16).enumerate() {
+                let m = eq_masks16(chunk.try_into().unwrap(), needles);
+                for (acc, m) in masks.iter_mut().zip(m) {
+                    *acc |= u64::from(m) << (16 * q);
+                }
+            }
+            (masks, 64)
+        }
+        None => {
+            let rest = &buf[i.min(buf.len())..];
+            for (k, b) in rest.iter().enumerate() {
+                for (acc, n) in masks.iter_mut().zip(needles) {
+                    *acc |= u64::from(*b == n) << k;
+                }
+            }
+            (masks, rest.len())
+        }
+    }
+}
+
+/// For each needle, a mask with bit `k` set where `block[k]` is that needle.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub fn eq_masks16<const N: usize>(block: &[u8; 16], needles: [u8; N]) -> [u32; N] {
+    use std::arch::x86_64::{__m128i, _mm_cmpeq_epi8, _mm_loadu_si128, _mm_movemask_epi8, _mm_set1_epi8};
+    // SAFETY: SSE2 is part of every x86_64 target; the load is unaligned and reads `block` only.
+    unsafe {
+        let x = _mm_loadu_si128(block.as_ptr().cast::<__m128i>());
+        needles.map(|n| _mm_movemask_epi8(_mm_cmpeq_epi8(x, _mm_set1_epi8(n as i8))) as u32)
+    }
+}
+
+/// For each needle, a mask with bit `k` set where `block[k]` is that needle.
+#[cfg(not(target_arch = "x86_64"))]
+#[inline(always)]
+pub fn eq_masks16<const N: usize>(block: &[u8; 16], needles: [u8; N]) -> [u32; N] {
+    eq_masks16_swar(block, needles)
+}
+
+/// `eq_masks16` eight bytes at a time, for targets without SSE2 (and to test it against).
+#[cfg_attr(target_arch = "x86_64", allow(dead_code))]
+#[inline(always)]
+fn eq_masks16_swar<const N: usize>(block: &[u8; 16], needles: [u8; N]) -> [u32; N] {
+    let lo = u64::from_le_bytes(block[..8].try_into().unwrap());
+    let hi = u64::from_le_bytes(block[8..].try_into().unwrap());
+    let eq = |x: u64| gather(!nonzero_bytes(x) & HI);
+    needles.map(|n| eq(lo ^ (LO * u64::from(n))) | eq(hi ^ (LO * u64::from(n))) << 8)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::text::fields;
+
+    /// `scan_u64s_line` by the simplest reading of its contract.
+    fn reference(line: &[u8], n: usize) -> Option<Vec<u64>> {
+        let mut out = Vec::new();
+        for token in fields(line).take(n) {
+            out.push(parse_u64(token)?);
+        }
+        Some(out)
+    }
+
+    fn scan_line(buf: &[u8], i: usize, n: usize) -> Option<Vec<u64>> {
+        let mut out = vec![0u64; n];
+        let (got, _) = scan_u64s_line(buf, i, &mut out)?;
+        out.truncate(got);
+        Some(out)
+    }
+
+    #[test]
+    fn every_number_length_at_every_offset() {
+        for digits in 1..=25 {
+            let number: Vec<u8> = (0..digits).map(|d| b'1' + (d % 9) as u8).collect();
+            for pad in 0..20 {
+                for tail in [&b""[..], b"\n", b" ", b"\t7\n", b"x", b"\n1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17"] {
+                    let buf = [&b" ".repeat(pad)[..], &number, tail].concat();
+                    let line = &buf[..buf.iter().position(|&b| b == b'\n').unwrap_or(buf.len())];
+                    assert_eq!(scan_line(&buf, 0, 3), reference(line, 3), "{:?}", String::from_utf8_lossy(&buf));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn limits() {
+        assert_eq!(scan_line(b"18446744073709551615 0\n", 0, 2), Some(vec![u64::MAX, 0]));
+        assert_eq!(scan_line(b"18446744073709551616 0\n", 0, 2), None);
+        assert_eq!(scan_line(b"0000000000000000000000000000000000000042\n", 0, 2), Some(vec![42]));
+        assert_eq!(scan_line(b"99999999999999999999\n", 0, 2), None);
+        assert_eq!(scan_line(b"1 2\n3 4", 0, 4), Some(vec![1, 2]), "stops at the line's end");
+        assert_eq!(scan_line(b"1 2\n3 4", 4, 4), Some(vec![3, 4]));
+        assert_eq!(scan_line(b"\x0b1\x0c2\r3\t", 0, 4), Some(vec![1, 2, 3]));
+        assert_eq!(scan_line(b"12345678\x0012345678 9", 0, 2), None, "NUL is not a separator");
+        assert_eq!(scan_line(b"1 2 3 x", 0, 3), Some(vec![1, 2, 3]), "only the first n tokens count");
+        let zeros = [&b"0".repeat(70)[..], b"42 7\n"].concat();
+        assert_eq!(scan_line(&zeros, 0, 2), Some(vec![42, 7]), "a token longer than a window");
+        assert_eq!(scan_line(&[&b"0".repeat(70)[..], b"x 7\n"].concat(), 0, 2), None);
+        assert_eq!(scan_line(&b"9".repeat(70), 0, 2), None);
+    }
+
+    #[test]
+    fn generated_lines_match_the_reference() {
+        let alphabet: &[&[u8]] = &[b" ", b"  ", b"\t", b"\x0b", b"\r", b"\n", b"0", b"7", b"42", b"123456789", b"18446744073709551615", b"18446744073709551616", b"00000000000000000000001", b"x", b"+", b"\xff", b":"];
+        let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for _ in 0..20_000 {
+            let len = (next() % 24) as usize;
+            let buf: Vec<u8> = (0..len).flat_map(|_| alphabet[(next() % alphabet.len() as u64) as usize].iter().copied()).collect();
+            let line = &buf[..buf.iter().position(|&b| b == b'\n').unwrap_or(buf.len())];
+            let n = 1 + (next() % 17) as usize;
+            assert_eq!(scan_line(&buf, 0, n), reference(line, n), "{:?}", String::from_utf8_lossy(&buf));
+        }
+    }
+
+    #[test]
+    fn finding_bytes() {
+        for len in 0..40 {
+            for at in 0..len {
+                let mut hay = vec![b'a'; len];
+                hay[at] = b'\n';
+                assert_eq!(find_byte(b'\n', &hay), Some(at));
+                assert_eq!(find_either(b':', b'\n', &hay), Some(at));
+                hay[at] = 0x8a; // a byte that differs from the needle only in its high bit
+                assert_eq!(find_byte(b'\n', &hay), None);
+            }
+        }
+        assert_eq!(find_either(b':', b'\n', b"abc\x00:\n"), Some(4));
+        assert_eq!(skip_blanks(b"  \t\x0b\x0c\r        \nx", 0), 14);
+        assert_eq!(token_end(b"abc\x0bd", 0), 3);
+        assert_eq!(line_end(b"ab\ncd", 3), 5);
+    }
+
+    #[test]
+    fn masks_match_the_portable_version() {
+        let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
+        for _ in 0..5_000 {
+            let mut block = [0u8; 16];
+            for b in &mut block {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                *b = [b' ', b'\n', b'\\', b'a', 0x80 | b' ', 0, 0xff][(seed % 7) as usize];
+            }
+            let needles = [b' ', b'\n', b'\\'];
+            let expected = needles.map(|n| block.iter().enumerate().filter(|(_, &b)| b == n).map(|(k, _)| 1u32 << k).sum::<u32>());
+            assert_eq!(eq_masks16(&block, needles), expected);
+            assert_eq!(eq_masks16_swar(&block, needles), expected);
+        }
+    }
+
+    #[test]
+    fn classes_match_the_portable_version() {
+        let mut seed: u64 = 0x1234_5678_9abc_def1;
+        for _ in 0..20_000 {
+            let mut block = [0u8; 16];
+            for b in &mut block {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                *b = (seed >> 24) as u8;
+                if seed & 1 == 0 {
+                    *b = [b' ', b'\n', b'\t', 0x0b, 0x0c, b'\r', b'0', b'9', b'/', b':', 0x08, 0x0e, 0x89, 0xb0][(seed % 14) as usize];
+                }
+            }
+            let bits = |f: &dyn Fn(u8) -> bool| block.iter().enumerate().filter(|(_, &b)| f(b)).map(|(k, _)| 1u32 << k).sum::<u32>();
+            let expected = [bits(&|b| b != b'\n' && is_ws(b)), bits(&|b| b == b'\n'), bits(&|b: u8| b.is_ascii_digit())];
+            assert_eq!(classify16(&block), expected, "{block:?}");
+            assert_eq!(classify16_swar(&block), expected, "{block:?}");
+        }
+    }
+}
