@@ -55,11 +55,11 @@ class AgentRegistry(CollectorRegistry):
         self.store = store
         self.process = ProcessCollector(registry=None)
         self.renderer = TextRenderer()
-        self.register(AgentCollector(store))  # type: ignore[arg-type]
+        self.register(AgentCollector(store))
         self.register(self.process)
 
     def text(self) -> bytes:
-        return self.renderer.render(self.store.snapshot()).encode() + generate_latest(self.process)  # type: ignore[arg-type]
+        return self.renderer.render(self.store.snapshot()).encode() + generate_latest(self.process)
 
 
 def build_registry(store: Store) -> AgentRegistry:
@@ -81,7 +81,8 @@ def collect_series(snap: Snapshot) -> Series:
             series = fams[name] = []
         series.append((labels, value))
 
-    build = (("version", __version__), ("native", str(native.IMPLEMENTATION == "native").lower()), ("python", platform.python_version()))
+    uses_native = str(native.IMPLEMENTATION == "native").lower()
+    build = (("version", __version__), ("native", uses_native), ("python", platform.python_version()))
     add("node_health_build_info", build, 1)
     add("node_health_start_time_seconds", (), snap.started)
     add("node_health_scheduler_last_tick_timestamp_seconds", (), snap.last_tick)
@@ -95,8 +96,9 @@ def collect_series(snap: Snapshot) -> Series:
         add("node_health_check_timeouts_total", lab, st.timeouts)
         add("node_health_check_skipped_total", lab, st.skipped)
         add("node_health_check_stuck", lab, 1 if st.stuck else 0)
-    findings = [
-        ((("check", c), ("subject", s), ("reason", r), ("severity", sev)), v) for (c, s, r, sev), v in _findings(snap).items()
+    findings: list[tuple[Labels, float]] = [
+        ((("check", c), ("subject", s), ("reason", r), ("severity", sev)), v)
+        for (c, s, r, sev), v in _findings(snap).items()
     ]
     if findings:
         fams["node_health_finding"] = findings
@@ -151,7 +153,8 @@ class TextRenderer:
         self._prefixes: dict[str, dict[Labels, str]] = {}  # metric → labels → "name{...} "
 
     def render(self, snap: Snapshot) -> str:
-        kept, prefixes = self._prefixes, {}
+        kept: dict[str, dict[Labels, str]] = self._prefixes
+        prefixes: dict[str, dict[Labels, str]] = {}
         out: list[str] = []
         for name, series in collect_series(snap).items():
             spec = catalog.metric(name)
@@ -194,7 +197,7 @@ def _go_float(value: float) -> str:
         mantissa = f"{text[0]}.{text[1:dot]}{text[dot + 1:]}".rstrip("0.")
         return f"{mantissa}e+{dot - 1:02d}"
     if text[-1] in "fn":  # inf, -inf, nan
-        return floatToGoString(v)  # type: ignore[no-any-return]
+        return floatToGoString(v)  # type: ignore[no-untyped-call,no-any-return]
     return text
 
 
@@ -298,14 +301,14 @@ class MetricsServer:
                         return self._send(401, b"Unauthorized\n", "text/plain", {"WWW-Authenticate": 'Basic realm="node-health-agent"'})
                     encoder, ctype = choose_encoder(self.headers.get("Accept", ""))
                     if encoder is generate_latest and isinstance(registry, AgentRegistry):
-                        body = registry.text()
+                        payload = registry.text()
                     else:
-                        body = encoder(registry)
+                        payload = encoder(registry)
                     headers = {}
                     if "gzip" in self.headers.get("Accept-Encoding", ""):
-                        body = gzip.compress(body, compresslevel=1)
+                        payload = gzip.compress(payload, compresslevel=1)
                         headers["Content-Encoding"] = "gzip"
-                    return self._send(200, body, ctype, headers)
+                    return self._send(200, payload, ctype, headers)
                 if path == "/":
                     return self._send(200, b"node-health-agent: /metrics /healthz\n", "text/plain")
                 self._send(404, b"not found\n", "text/plain")

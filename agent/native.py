@@ -27,11 +27,13 @@ from .parsers.mountinfo import MountInfo
 from .parsers.netdev import NetDevStats
 
 __all__ = [
+    "ENV",
+    "IMPLEMENTATION",
+    "PYTHON_TWINS",
     "DiskStats",
     "MountInfo",
     "NativeError",
     "NetDevStats",
-    "IMPLEMENTATION",
     "describe",
     "parse_diskstats",
     "parse_mountinfo",
@@ -64,7 +66,8 @@ def _load() -> tuple[Any, Any, str]:
     except (ImportError, OSError, AttributeError) as exc:
         why = " ".join(str(exc).split())
         if choice == "native":
-            raise ConfigError("environment", ENV, f"native parsers required, but agent._native cannot be loaded: {why}") from exc
+            problem = f"native parsers required, but agent._native cannot be loaded: {why}"
+            raise ConfigError("environment", ENV, problem) from exc
         return None, None, f"native library unavailable: {why}"
     return ffi, lib, "agent._native"
 

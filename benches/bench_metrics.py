@@ -40,9 +40,28 @@ from agent.store import CheckStatus, Store
 
 # (check, metric, labels per series) of a GPU node; the numbers of subjects are realistic ones.
 GPUS = [str(i) for i in range(8)]
-NICS = [f"enp{i}s0f{j}np{j}" for i in range(16) for j in range(2)] + [f"ib{i}" for i in range(8)] + [f"veth{i:04x}" for i in range(24)]
-BLOCK = [f"nvme{i}n1" for i in range(8)] + [f"nvme{i}n1p{p}" for i in range(2) for p in (1, 2, 3)] + [f"dm-{i}" for i in range(50)]
-MOUNTS = ["/", "/var/lib/node-health-agent", "/raid", "/var/lib/kubelet", "/var/lib/containerd", "/boot/efi", "/mnt/nfs/home", "/mnt/lustre", "/tmp", "/run"]
+NICS = (
+    [f"enp{i}s0f{j}np{j}" for i in range(16) for j in range(2)]
+    + [f"ib{i}" for i in range(8)]
+    + [f"veth{i:04x}" for i in range(24)]
+)
+BLOCK = (
+    [f"nvme{i}n1" for i in range(8)]
+    + [f"nvme{i}n1p{p}" for i in range(2) for p in (1, 2, 3)]
+    + [f"dm-{i}" for i in range(50)]
+)
+MOUNTS = [
+    "/",
+    "/var/lib/node-health-agent",
+    "/raid",
+    "/var/lib/kubelet",
+    "/var/lib/containerd",
+    "/boot/efi",
+    "/mnt/nfs/home",
+    "/mnt/lustre",
+    "/tmp",
+    "/run",
+]
 FAMILIES: dict[str, tuple[str, str, list[dict[str, str]]]] = {}
 
 
@@ -50,34 +69,108 @@ def _family(check: str, name: str, kind: str, series: list[dict[str, str]]) -> N
     FAMILIES[name] = (check, kind, series)
 
 
-for m in ("temperature_celsius", "memory_temperature_celsius", "power_watts", "power_limit_watts", "utilization_ratio",
-          "memory_utilization_ratio", "memory_used_bytes", "memory_total_bytes", "sm_clock_hertz", "memory_clock_hertz",
-          "pcie_replay_total", "pcie_link_width", "pcie_link_generation", "nvlink_up_links", "throttle_reasons", "fan_ratio",
-          "energy_joules", "persistence_mode", "retired_pages_pending", "remapped_rows_pending"):
+for m in (
+    "temperature_celsius",
+    "memory_temperature_celsius",
+    "power_watts",
+    "power_limit_watts",
+    "utilization_ratio",
+    "memory_utilization_ratio",
+    "memory_used_bytes",
+    "memory_total_bytes",
+    "sm_clock_hertz",
+    "memory_clock_hertz",
+    "pcie_replay_total",
+    "pcie_link_width",
+    "pcie_link_generation",
+    "nvlink_up_links",
+    "throttle_reasons",
+    "fan_ratio",
+    "energy_joules",
+    "persistence_mode",
+    "retired_pages_pending",
+    "remapped_rows_pending",
+):
     _family("gpu", f"node_health_bench_gpu_{m}", "gauge", [{"gpu": g} for g in GPUS])
 for m in ("ecc_errors_total", "retired_pages_total"):
-    _family("gpu", f"node_health_bench_gpu_{m}", "counter", [{"gpu": g, "type": t} for g in GPUS for t in ("volatile_sbe", "volatile_dbe", "aggregate_sbe", "aggregate_dbe")])
-_family("gpu", "node_health_bench_gpu_xid_total", "counter", [{"gpu": g, "xid": x} for g in GPUS for x in ("13", "31", "43", "48", "63", "74", "79", "94", "95")])
-for m in ("receive_bytes_total", "transmit_bytes_total", "receive_errors_total", "transmit_errors_total", "receive_drops_total", "transmit_drops_total", "receive_packets_total", "transmit_packets_total"):
+    _family(
+        "gpu",
+        f"node_health_bench_gpu_{m}",
+        "counter",
+        [
+            {"gpu": g, "type": t}
+            for g in GPUS
+            for t in ("volatile_sbe", "volatile_dbe", "aggregate_sbe", "aggregate_dbe")
+        ],
+    )
+_family(
+    "gpu",
+    "node_health_bench_gpu_xid_total",
+    "counter",
+    [{"gpu": g, "xid": x} for g in GPUS for x in ("13", "31", "43", "48", "63", "74", "79", "94", "95")],
+)
+for m in (
+    "receive_bytes_total",
+    "transmit_bytes_total",
+    "receive_errors_total",
+    "transmit_errors_total",
+    "receive_drops_total",
+    "transmit_drops_total",
+    "receive_packets_total",
+    "transmit_packets_total",
+):
     _family("network", f"node_health_bench_nic_{m}", "counter", [{"interface": n} for n in NICS])
 for m in ("up", "carrier", "speed_bytes"):
     _family("network", f"node_health_bench_nic_{m}", "gauge", [{"interface": n} for n in NICS])
-for m in ("reads_completed_total", "writes_completed_total", "read_bytes_total", "written_bytes_total", "io_time_seconds_total", "io_in_progress"):
+for m in (
+    "reads_completed_total",
+    "writes_completed_total",
+    "read_bytes_total",
+    "written_bytes_total",
+    "io_time_seconds_total",
+    "io_in_progress",
+):
     _family("disk", f"node_health_bench_block_{m}", "gauge", [{"device": d} for d in BLOCK])
 for m in ("free_bytes", "size_bytes", "free_inodes", "inodes", "writable", "read_only"):
     _family("disk", f"node_health_bench_fs_{m}", "gauge", [{"mountpoint": p} for p in MOUNTS])
-_family("traffic", "node_health_bench_traffic_bytes_total", "counter", [{"rule": f"rule{r}", "direction": d} for r in range(20) for d in ("in", "out")])
-_family("traffic", "node_health_bench_traffic_packets_total", "counter", [{"rule": f"rule{r}", "direction": d} for r in range(20) for d in ("in", "out")])
+_family(
+    "traffic",
+    "node_health_bench_traffic_bytes_total",
+    "counter",
+    [{"rule": f"rule{r}", "direction": d} for r in range(20) for d in ("in", "out")],
+)
+_family(
+    "traffic",
+    "node_health_bench_traffic_packets_total",
+    "counter",
+    [{"rule": f"rule{r}", "direction": d} for r in range(20) for d in ("in", "out")],
+)
 
 KNOWN: dict[str, list[tuple[str, str]]] = {
     "gpu": [(f"gpu{g}", r) for g in GPUS for r in [f"BenchGpu{k}" for k in range(20)]],
     "network": [(n, r) for n in NICS for r in ("BenchLinkDown", "BenchCarrierLost", "BenchErrorRate")],
-    "disk": [(p, r) for p in MOUNTS for r in ("BenchDiskFull", "BenchInodesFull", "BenchReadOnly", "BenchNotMounted", "BenchIoErrors", "BenchProbeHung")],
+    "disk": [
+        (p, r)
+        for p in MOUNTS
+        for r in (
+            "BenchDiskFull",
+            "BenchInodesFull",
+            "BenchReadOnly",
+            "BenchNotMounted",
+            "BenchIoErrors",
+            "BenchProbeHung",
+        )
+    ],
     "traffic": [("iptables", "BenchRulesMissing")],
     "kmsg": [("kmsg", "BenchKernelOops")],
 }
-REASONS = tuple(Reason(r, Severity.CRITICAL if "Down" in r or "Gpu1" in r else Severity.WARNING, "bench") for r in sorted({r for v in KNOWN.values() for _, r in v}))
-METRICS = tuple(MetricSpec(name, kind, f"bench series {name}", tuple(series[0])) for name, (_, kind, series) in FAMILIES.items())
+REASONS = tuple(
+    Reason(r, Severity.CRITICAL if "Down" in r or "Gpu1" in r else Severity.WARNING, "bench")
+    for r in sorted({r for v in KNOWN.values() for _, r in v})
+)
+METRICS = tuple(
+    MetricSpec(name, kind, f"bench series {name}", tuple(series[0])) for name, (_, kind, series) in FAMILIES.items()
+)
 
 
 def synthetic_store() -> Store:
@@ -99,7 +192,9 @@ def synthetic_store() -> Store:
             Finding(c, subject, reason, catalog.reason(reason).severity, "bench finding")
             for subject, reason in KNOWN.get(c, ())[::37]
         )  # fmt: skip
-        status = CheckStatus(c, observation=Observation(samples, active), ok=True, duration=0.012, finished_at=time.time(), runs=42)
+        status = CheckStatus(
+            c, observation=Observation(samples, active), ok=True, duration=0.012, finished_at=time.time(), runs=42
+        )
         store.update_check(c, lambda st, status=status: replace(status, known=st.known))
     return store
 

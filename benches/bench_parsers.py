@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from functools import partial
 from pathlib import Path
 
 from _timing import measure
@@ -44,7 +45,7 @@ def main() -> int:
         twin = native.PYTHON_TWINS[name]
         records = fn(data)
         assert records == twin(data), f"{name}: native and Python disagree on {fixture}"
-        figs = measure({"native": lambda: fn(data), "python": lambda: twin(data)}, args.repeat, args.timer)
+        figs = measure({"native": partial(fn, data), "python": partial(twin, data)}, args.repeat, args.timer)
         results[name] = {
             "fixture": fixture,
             "bytes": len(data),
@@ -58,7 +59,9 @@ def main() -> int:
         print(json.dumps({"timer": args.timer, "repeat": args.repeat, "parsers": results}, indent=2))
         return 0
     print(f"timer: {args.timer}, {args.repeat} batches each; microseconds per call")
-    print(f"{'parser':10} {'records':>7} {'native med':>10} {'min':>7} {'python med':>10} {'min':>7} {'ratio med':>9} {'min':>6}")
+    print(
+        f"{'parser':10} {'records':>7} {'native med':>10} {'min':>7} {'python med':>10} {'min':>7} {'ratio med':>9} {'min':>6}"
+    )
     for name, r in results.items():
         n, p = r["native_us"], r["python_us"]
         print(

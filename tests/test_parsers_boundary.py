@@ -26,7 +26,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def run_python(code: str, *, env: dict[str, str], cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
     full = {k: v for k, v in os.environ.items() if k != native.ENV} | env
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=full, cwd=cwd)
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=full, cwd=cwd, check=False
+    )
 
 
 def agent(*args: str, env: dict[str, str], cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
@@ -61,7 +63,9 @@ def test_panic_in_a_subprocess_exits_cleanly(native_only: None) -> None:
 
 
 def test_threads_keep_their_own_buffers(native_only: None) -> None:
-    inputs = [(FIXTURES / n).read_bytes() for n in ("mountinfo_k8s_gpu_node", "net_dev_64nics", "diskstats_4.4_11fields")]
+    inputs = [
+        (FIXTURES / n).read_bytes() for n in ("mountinfo_k8s_gpu_node", "net_dev_64nics", "diskstats_4.4_11fields")
+    ]
     parsers = [native.parse_mountinfo, native.parse_net_dev, native.parse_diskstats]
     expected = [p(d) for p, d in zip(parsers, inputs)]
     errors: list[str] = []
@@ -138,7 +142,10 @@ def test_auto_without_the_library_falls_back_and_says_why(without_library: Path)
 def test_unknown_choice_is_one_line_exit_2() -> None:
     res = agent("version", env={native.ENV: "rust"})
     assert res.returncode == 2
-    assert res.stderr == 'agent: environment: NODE_HEALTH_AGENT_PARSERS: expected one of "auto", "native", "python", got "rust"\n'
+    assert (
+        res.stderr
+        == 'agent: environment: NODE_HEALTH_AGENT_PARSERS: expected one of "auto", "native", "python", got "rust"\n'
+    )
 
 
 # ---------------------------------------------------------------- the crate's own tests
@@ -149,7 +156,7 @@ def test_cargo_unit_tests() -> None:
     cargo = require_tool("cargo")
     res = subprocess.run(
         [cargo, "test", "--offline", "--quiet", "--manifest-path", str(ROOT / "native" / "Cargo.toml")],
-        capture_output=True, text=True, timeout=600,
+        capture_output=True, text=True, timeout=600, check=False,
     )  # fmt: skip
     assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-4000:]
     assert "test result: ok" in res.stdout

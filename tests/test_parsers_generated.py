@@ -8,6 +8,8 @@ both parsers must return exactly those values (an oracle of its own).
 
 from __future__ import annotations
 
+import os
+
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_parsers_twins import U64_MAX, twins
@@ -89,7 +91,9 @@ PATH = st.one_of(
     st.sampled_from([b"/", b"/proc", b"/a\\040b", b"/x\\011y\\012z\\134", b"net:[4026531840]", b"-", b""]),
     st.binary(max_size=24).map(lambda b: b"/" + b),
 )
-OPTIONAL = st.lists(st.sampled_from([b"shared:1", b"master:2", b"propagate_from:3", b"unbindable", b"", b"-x"]), max_size=3)
+OPTIONAL = st.lists(
+    st.sampled_from([b"shared:1", b"master:2", b"propagate_from:3", b"unbindable", b"", b"-x"]), max_size=3
+)
 
 
 @st.composite
@@ -97,7 +101,14 @@ def mountinfo_lines(draw: st.DrawFn) -> bytes:
     out = []
     for _ in range(draw(st.integers(1, 4))):
         dev = draw(NUMBER) + draw(st.sampled_from([b":", b":", b":", b"", b"::"])) + draw(NUMBER)
-        fields = [draw(NUMBER), draw(NUMBER), dev, draw(PATH), draw(PATH), draw(st.sampled_from([b"rw", b"ro,noatime", b"-"]))]
+        fields = [
+            draw(NUMBER),
+            draw(NUMBER),
+            dev,
+            draw(PATH),
+            draw(PATH),
+            draw(st.sampled_from([b"rw", b"ro,noatime", b"-"])),
+        ]
         fields += draw(OPTIONAL) + draw(st.sampled_from([[b"-"], [b"-"], [b"-"], [], [b"--"]]))
         fields += draw(st.lists(st.one_of(PATH, st.sampled_from([b"ext4", b"tmpfs", b"rw,a=b c"])), max_size=5))
         seps = [b" "] * len(fields)
@@ -147,10 +158,27 @@ DISKNAME = st.binary(min_size=1, max_size=32).filter(lambda n: not any(c in b" \
 
 
 @fuzz
-@given(st.lists(st.tuples(st.integers(0, 4095), st.integers(0, 2**20 - 1), DISKNAME, st.sampled_from([11, 15, 17]), st.lists(U64, min_size=17, max_size=17)), max_size=8))
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 4095),
+            st.integers(0, 2**20 - 1),
+            DISKNAME,
+            st.sampled_from([11, 15, 17]),
+            st.lists(U64, min_size=17, max_size=17),
+        ),
+        max_size=8,
+    )
+)
 def test_diskstats_kernel_format(disks: list[tuple[int, int, bytes, int, list[int]]]) -> None:
-    data = b"".join(b"%4d %7d %s " % (ma, mi, name) + b" ".join(b"%d" % v for v in vals[:n]) + b"\n" for ma, mi, name, n, vals in disks)
-    expected = [(name.decode("utf-8", "surrogateescape"), ma, mi, n, *vals[:n], *[0] * (17 - n)) for ma, mi, name, n, vals in disks]
+    data = b"".join(
+        b"%4d %7d %s " % (ma, mi, name) + b" ".join(b"%d" % v for v in vals[:n]) + b"\n"
+        for ma, mi, name, n, vals in disks
+    )
+    expected = [
+        (name.decode("utf-8", "surrogateescape"), ma, mi, n, *vals[:n], *[0] * (17 - n))
+        for ma, mi, name, n, vals in disks
+    ]
     assert [tuple(r) for r in twins("diskstats", data)] == expected
 
 
@@ -167,7 +195,6 @@ TEXT = st.binary(min_size=1, max_size=40).filter(lambda b: b"\x00" not in b)
 def test_mountinfo_kernel_format(mounts: list[tuple[int, bytes, bytes]]) -> None:
     line = b"%d 1 0:%d / /%s rw,relatime shared:%d - tmpfs %s rw,size=%dk\n"
     data = b"".join(line % (i, i, mangle(mp), i, mangle(src), i) for i, mp, src in mounts)
-    decode = lambda b: b.decode("utf-8", "surrogateescape")  # noqa: E731
-    expected = [(i, "/" + decode(mp), f"shared:{i}", decode(src), f"rw,size={i}k") for i, mp, src in mounts]
+    expected = [(i, "/" + os.fsdecode(mp), f"shared:{i}", os.fsdecode(src), f"rw,size={i}k") for i, mp, src in mounts]
     got = twins("mountinfo", data)
     assert [(r.mount_id, r.mount_point, r.optional_fields, r.source, r.super_options) for r in got] == expected

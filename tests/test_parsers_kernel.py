@@ -55,7 +55,11 @@ NAMES = [
 def test_mountinfo_names(tmp_path: Path, name: bytes, source: bytes) -> None:
     target = os.fsencode(tmp_path) + b"/" + name
     child = subprocess.run(
-        [sys.executable, "-c", MOUNT_CHILD], input=repr([(target, source)]).encode(), capture_output=True, timeout=60
+        [sys.executable, "-c", MOUNT_CHILD],
+        input=repr([(target, source)]).encode(),
+        capture_output=True,
+        timeout=60,
+        check=False,
     )
     assert child.returncode == 0, child.stderr.decode(errors="replace")
     recs = [r for r in twins("mountinfo", child.stdout) if r.mount_point == os.fsdecode(target)]
@@ -89,7 +93,12 @@ def test_net_dev_names_and_counters_match_sysfs(netns: str) -> None:
         in_ns(netns, "ip", "link", "add", "name", ifname, "type", "veth", "peer", "name", peer)
     in_ns(netns, "ip", "link", "set", "lo", "up")
     # some traffic on lo, so that the counters are not all 0
-    in_ns(netns, sys.executable, "-c", "import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); [s.sendto(b'x' * 999, ('127.0.0.1', 9)) for _ in range(7)]")
+    in_ns(
+        netns,
+        sys.executable,
+        "-c",
+        "import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); [s.sendto(b'x' * 999, ('127.0.0.1', 9)) for _ in range(7)]",
+    )
     recs = {r.name: r for r in twins("net_dev", in_ns(netns, "cat", "/proc/net/dev"))}
     assert set(recs) == {"lo", *(n.decode("utf-8", "surrogateescape") for n in IFNAMES)}
     lo = recs["lo"]

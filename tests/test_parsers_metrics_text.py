@@ -27,7 +27,7 @@ from agent.catalog import MetricSpec, Reason
 from agent.config import MetricsSection
 from agent.findings import Finding, Observation, Sample, Severity
 from agent.metrics import AgentCollector, MetricsServer, build_registry, render_families
-from agent.store import CheckStatus, Store
+from agent.store import Store
 
 METRICS = (
     MetricSpec("node_health_test_value", "gauge", "A gauge with \\ and\nnewline in its help.", ("device", "kind")),
@@ -35,7 +35,23 @@ METRICS = (
     MetricSpec("node_health_test_plain", "gauge", "No labels."),
 )
 REASONS = (Reason("TestBroken", Severity.CRITICAL, "test"), Reason("TestSlow", Severity.WARNING, "test"))
-VALUES = [0.0, -0.0, 1.0, -1.5, 0.1, 1e-7, 123456.0, 1234567.0, 9999999.5, 1e16, 2.0**64, math.inf, -math.inf, math.nan, 42]
+VALUES = [
+    0.0,
+    -0.0,
+    1.0,
+    -1.5,
+    0.1,
+    1e-7,
+    123456.0,
+    1234567.0,
+    9999999.5,
+    1e16,
+    2.0**64,
+    math.inf,
+    -math.inf,
+    math.nan,
+    42,
+]
 LABELS = ["eth0", "", 'quo"te', "back\\slash", "new\nline", "tab\tx", "caf\u00e9", "\\n literally", "a,b=c}"]
 
 
@@ -54,8 +70,15 @@ def store_with(samples: list[Sample], findings: tuple[Finding, ...] = ()) -> Sto
     store = Store()
     store.set_checks(["alpha", "beta"], {"alpha": (("eth0", "TestBroken"), ("sda", "TestSlow")), "beta": ()})
     obs = Observation(tuple(samples), findings)
-    store.update_check("alpha", lambda st: replace(st, observation=obs, ok=True, duration=0.25, finished_at=time.time(), runs=3))
-    store.update_check("beta", lambda st: replace(st, error=Finding("beta", "beta", "CheckTimeout", Severity.WARNING, "slow"), timeouts=1, stuck=True))
+    store.update_check(
+        "alpha", lambda st: replace(st, observation=obs, ok=True, duration=0.25, finished_at=time.time(), runs=3)
+    )
+    store.update_check(
+        "beta",
+        lambda st: replace(
+            st, error=Finding("beta", "beta", "CheckTimeout", Severity.WARNING, "slow"), timeouts=1, stuck=True
+        ),
+    )
     store.set_sources({"kmsg": (("alpha", "kmsg", "TestBroken"),)})
     return store
 
@@ -67,8 +90,14 @@ def library_bytes(store: Store) -> bytes:
 
 
 def awkward_samples(shift: float = 0.0) -> list[Sample]:
-    out = [Sample("node_health_test_value", v + shift, (("device", label), ("kind", "k"))) for v, label in zip(VALUES, LABELS * 2)]
-    out += [Sample("node_health_test_events_total", float(i) + shift, (("device", label),)) for i, label in enumerate(LABELS)]
+    out = [
+        Sample("node_health_test_value", v + shift, (("device", label), ("kind", "k")))
+        for v, label in zip(VALUES, LABELS * 2)
+    ]
+    out += [
+        Sample("node_health_test_events_total", float(i) + shift, (("device", label),))
+        for i, label in enumerate(LABELS)
+    ]
     out += [
         Sample("node_health_test_plain", 7.0),
         Sample("node_health_test_plain", 8.0, (("ignored", "x"),)),  # a label the spec does not have: dropped
@@ -82,7 +111,12 @@ def test_awkward_values_render_identically() -> None:
     registry = build_registry(store)
     text = registry.renderer.render(store.snapshot()).encode()
     assert text == library_bytes(store)
-    assert b'device="quo\\"te"' in text and b'device="new\\nline"' in text and b" NaN\n" in text and b" 1.234567e+06\n" in text
+    assert (
+        b'device="quo\\"te"' in text
+        and b'device="new\\nline"' in text
+        and b" NaN\n" in text
+        and b" 1.234567e+06\n" in text
+    )
     assert registry.text().startswith(text)
 
 

@@ -87,7 +87,11 @@ def test_mountinfo_fixture_values() -> None:
     recs = twins("mountinfo", (FIXTURES / "mountinfo_k8s_gpu_node").read_bytes())
     by_mp = {r.mount_point: r for r in recs}
     alice = by_mp["/home/alice/my data"]
-    assert (alice.source, alice.fstype, alice.optional_fields) == ("alice@storage:/data set", "fuse.sshfs", "shared:90 master:2")
+    assert (alice.source, alice.fstype, alice.optional_fields) == (
+        "alice@storage:/data set",
+        "fuse.sshfs",
+        "shared:90 master:2",
+    )
     assert by_mp["/mnt/tab\tname"].optional_fields == ""
     assert by_mp["/mnt/new\nline"].optional_fields == "unbindable"
     assert by_mp["/mnt/back\\slash"].optional_fields == "master:7 propagate_from:3"
