@@ -96,34 +96,41 @@ _KEEP_BYTES: Final = 1 << 20
 
 class _Scratch(threading.local):
     def __init__(self) -> None:
-        self.nums, self.nums_cap = _ffi.NULL, 0
-        self.strs, self.strs_cap = _ffi.NULL, 0
-        self.counts = _ffi.new("uintptr_t[3]")
+        # (numbers, their capacity, strings, their capacity, counts): one attribute, read once a call
+        self.buffers = (_ffi.NULL, 0, _ffi.NULL, 0, _ffi.new("uintptr_t[3]"))
 
 
 def _call(fn: Any, data: bytes) -> tuple[int, memoryview, str]:
     """Run one native parser; returns (records, the numbers as u64s, the strings, NUL-separated)."""
-    s = _scratch
-    nums, nums_cap, strs, strs_cap, counts = s.nums, s.nums_cap, s.strs, s.strs_cap, s.counts
-    rc = fn(data, len(data), nums, nums_cap, strs, strs_cap, counts)
+    nums, nums_cap, strs, strs_cap, counts = buffers = _scratch.buffers
+    rc = fn(data, len(data), *buffers)
     if rc == _ERR_BUFFER:  # first call on this thread, or a larger input than before
         nums_cap, strs_cap = counts[1] + counts[1] // 4, counts[2] + counts[2] // 4
         nums, strs = _new("uint64_t[]", max(nums_cap, 1)), _new("uint8_t[]", max(strs_cap, 1))
+        buffers = (nums, nums_cap, strs, strs_cap, counts)
         if nums_cap * 8 + strs_cap <= _KEEP_BYTES:
-            s.nums, s.nums_cap, s.strs, s.strs_cap = nums, nums_cap, strs, strs_cap
-        rc = fn(data, len(data), nums, nums_cap, strs, strs_cap, counts)
+            _scratch.buffers = buffers
+        rc = fn(data, len(data), *buffers)
     if rc != _OK:
         raise NativeError(f"{_last_error()} (code {rc})")
-    numbers = memoryview(_ffi.buffer(nums, counts[1] * 8)).cast("Q")
-    return counts[0], numbers, str(_ffi.buffer(strs, counts[2]), "utf-8", "surrogateescape")
+    records, n_nums, n_strs = counts
+    numbers = memoryview(_ffi.buffer(nums, n_nums * 8)).cast("Q")
+    return records, numbers, str(_ffi.buffer(strs, n_strs), "utf-8", "surrogateescape")
 
 
 def _native_parser(
-    cfn: str, cls: type[R], nnums: int, nstrs: int, strings_first: bool, twin: Callable[[bytes], list[R]]
+    cfn: str,
+    cls: type[R],
+    nnums: int,
+    nstrs: int,
+    strings_first: bool,
+    *,
+    twin: Callable[[bytes], list[R]] | None = None,
 ) -> Callable[[bytes], list[R]]:
     """Wrap `nha_parse_<name>`. Records are rebuilt in C code paths only: one
     `zip` over the numbers and the strings yields each record's fields in
-    order, `tuple.__new__` makes it a `cls`; nothing runs per field in Python."""
+    order, `tuple.__new__` makes it a `cls`; nothing runs per field in Python.
+    `twin` answers for input whose strings hold a NUL byte (see below)."""
     fn = getattr(_lib, cfn)
     new = tuple.__new__
 
@@ -133,6 +140,8 @@ def _native_parser(
         if len(strings) != records * nstrs + 1:
             # A NUL inside a string (never in a kernel file: it prints C strings)
             # would shift every later field; the twin gives the exact answer.
+            if twin is None:
+                raise NativeError(f"{cfn}: a string holds a NUL byte")
             return twin(data)
         fields = [iter(strings)] * nstrs + [iter(numbers)] * nnums
         if not strings_first:
@@ -147,13 +156,13 @@ if _lib is not None:
     _new = _ffi.new_allocator(should_clear_after_alloc=False)
     _scratch = _Scratch()
     parse_net_dev: Callable[[bytes], list[NetDevStats]] = _native_parser(
-        "nha_parse_net_dev", NetDevStats, 16, 1, True, _netdev.parse
+        "nha_parse_net_dev", NetDevStats, 16, 1, strings_first=True, twin=_netdev.parse
     )
     parse_diskstats: Callable[[bytes], list[DiskStats]] = _native_parser(
-        "nha_parse_diskstats", DiskStats, 20, 1, True, _diskstats.parse
+        "nha_parse_diskstats", DiskStats, 20, 1, strings_first=True, twin=_diskstats.parse
     )
     parse_mountinfo: Callable[[bytes], list[MountInfo]] = _native_parser(
-        "nha_parse_mountinfo", MountInfo, 4, 7, False, _mountinfo.parse
+        "nha_parse_mountinfo", MountInfo, 4, 7, strings_first=False, twin=_mountinfo.parse
     )
 else:
     parse_net_dev = _netdev.parse
