@@ -118,20 +118,12 @@ def _call(fn: Any, data: bytes) -> tuple[int, memoryview, str]:
     return records, numbers, str(_ffi.buffer(strs, n_strs), "utf-8", "surrogateescape")
 
 
-def _native_parser(
-    cfn: str,
-    cls: type[R],
-    nnums: int,
-    nstrs: int,
-    strings_first: bool,
-    *,
-    twin: Callable[[bytes], list[R]] | None = None,
-) -> Callable[[bytes], list[R]]:
+def _native_parser(cfn: str, cls: type[R], nnums: int, nstrs: int, strings_first: bool) -> Callable[[bytes], list[R]]:
     """Wrap `nha_parse_<name>`. Records are rebuilt in C code paths only: one
     `zip` over the numbers and the strings yields each record's fields in
-    order, `tuple.__new__` makes it a `cls`; nothing runs per field in Python.
-    `twin` answers for input whose strings hold a NUL byte (see below)."""
+    order, `tuple.__new__` makes it a `cls`; nothing runs per field in Python."""
     fn = getattr(_lib, cfn)
+    name = cfn.removeprefix("nha_parse_")  # its twin's key in PYTHON_TWINS
     new = tuple.__new__
 
     def parse(data: bytes) -> list[R]:
@@ -140,9 +132,9 @@ def _native_parser(
         if len(strings) != records * nstrs + 1:
             # A NUL inside a string (never in a kernel file: it prints C strings)
             # would shift every later field; the twin gives the exact answer.
-            if twin is None:
+            if name not in PYTHON_TWINS:
                 raise NativeError(f"{cfn}: a string holds a NUL byte")
-            return twin(data)
+            return PYTHON_TWINS[name](data)  # type: ignore[return-value]
         fields = [iter(strings)] * nstrs + [iter(numbers)] * nnums
         if not strings_first:
             fields.reverse()
@@ -156,20 +148,20 @@ if _lib is not None:
     _new = _ffi.new_allocator(should_clear_after_alloc=False)
     _scratch = _Scratch()
     parse_net_dev: Callable[[bytes], list[NetDevStats]] = _native_parser(
-        "nha_parse_net_dev", NetDevStats, 16, 1, strings_first=True, twin=_netdev.parse
+        "nha_parse_net_dev", NetDevStats, 16, 1, strings_first=True
     )
     parse_diskstats: Callable[[bytes], list[DiskStats]] = _native_parser(
-        "nha_parse_diskstats", DiskStats, 20, 1, strings_first=True, twin=_diskstats.parse
+        "nha_parse_diskstats", DiskStats, 20, 1, strings_first=True
     )
     parse_mountinfo: Callable[[bytes], list[MountInfo]] = _native_parser(
-        "nha_parse_mountinfo", MountInfo, 4, 7, strings_first=False, twin=_mountinfo.parse
+        "nha_parse_mountinfo", MountInfo, 4, 7, strings_first=False
     )
 else:
     parse_net_dev = _netdev.parse
     parse_diskstats = _diskstats.parse
     parse_mountinfo = _mountinfo.parse
 
-PYTHON_TWINS: Final = {
+PYTHON_TWINS: Final = {  # keyed by the name after "nha_parse_"
     "net_dev": _netdev.parse,
     "diskstats": _diskstats.parse,
     "mountinfo": _mountinfo.parse,

@@ -15,7 +15,12 @@ from hypothesis import strategies as st
 from test_parsers_twins import U64_MAX, twins
 
 KINDS = ("net_dev", "diskstats", "mountinfo")
-fuzz = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# NHA_FUZZ_EXAMPLES=5000 for a long hunt (docs/parsers-and-benches.md); the default keeps the suite quick
+fuzz = settings(
+    max_examples=int(os.environ.get("NHA_FUZZ_EXAMPLES", "200")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 
 # ---------------------------------------------------------------- any bytes
 
