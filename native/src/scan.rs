@@ -15,7 +15,6 @@ use crate::text::{is_ws, parse_u64};
 #[inline]
 pub fn scan_u64s_line(buf: &[u8], mut i: usize, out: &mut [u64]) -> Option<(usize, usize)> {
     let mut n = 0;
-    let mut open: Option<usize> = None; // start of a token that runs on into the next window
     loop {
         let ([blank, newline, digit], covered) = class_masks64(buf, i);
         let in_line = match (newline, covered) {
@@ -23,42 +22,45 @@ pub fn scan_u64s_line(buf: &[u8], mut i: usize, out: &mut [u64]) -> Option<(usiz
             (0, c) => (1 << c) - 1,
             (nl, _) => (nl & nl.wrapping_neg()) - 1,
         };
-        let token_bytes = !blank & in_line;
-        let mut from = 0; // bit where the next token may start
-        let mut start = open.take().map(|at| (at, 0));
-        loop {
-            let (at, s) = match start.take() {
-                Some(open_token) => open_token,
-                None => {
-                    let starts = token_bytes & (u64::MAX << from);
-                    if starts == 0 {
-                        break;
-                    }
-                    let s = starts.trailing_zeros();
-                    (i + s as usize, s)
+        let token = !blank & in_line;
+        let junk = token & !digit; // bytes that make their token invalid
+        let mut starts = token & !(token << 1);
+        let mut ends = token & !(token >> 1); // the last byte of each token
+        let mut next = i + 64;
+        if in_line == u64::MAX && token >> 63 == 1 {
+            // the last token may run on: read it again in the next window, from its start
+            let last = 63 - starts.leading_zeros();
+            if last == 0 {
+                let (v, end) = long_token(buf, i)?;
+                out[n] = v;
+                n += 1;
+                if n == out.len() {
+                    return Some((n, end));
                 }
-            };
-            let after = !token_bytes & (u64::MAX << s);
-            let e = if after == 0 { 64 } else { after.trailing_zeros() };
-            let token = (u64::MAX >> (64 - (e - s).max(1))) << s;
-            if e > s && digit & token != token {
+                i = end;
+                continue;
+            }
+            starts &= !(1 << last);
+            ends &= !(1 << 63);
+            next = i + last as usize;
+        }
+        while starts != 0 {
+            let (s, e) = (starts.trailing_zeros(), ends.trailing_zeros() + 1);
+            starts &= starts - 1;
+            ends &= ends - 1;
+            if junk != 0 && junk & ((u64::MAX >> (64 - (e - s))) << s) != 0 {
                 return None;
             }
-            if e == 64 {
-                open = Some(at); // ends in a later window
-                break;
-            }
-            out[n] = digits_at(buf, at, i + e as usize - at)?;
+            out[n] = digits_at(buf, i + s as usize, (e - s) as usize)?;
             n += 1;
             if n == out.len() {
                 return Some((n, i + e as usize));
             }
-            from = e;
         }
         if in_line != u64::MAX {
             return Some((n, i + in_line.count_ones() as usize)); // the line ended
         }
-        i += 64;
+        i = next;
     }
 }
 
@@ -106,6 +108,14 @@ pub fn token_end(buf: &[u8], i: usize) -> usize {
 #[inline]
 pub fn line_end(buf: &[u8], i: usize) -> usize {
     find_byte(b'\n', &buf[i..]).map_or(buf.len(), |n| i + n)
+}
+
+/// A token of 64 bytes or more at `buf[i..]` (leading zeros, or junk): its value
+/// if it is all digits and fits a u64, and the index after it.
+#[cold]
+fn long_token(buf: &[u8], i: usize) -> Option<(u64, usize)> {
+    let end = i + buf[i..].iter().take_while(|&&b| !is_ws(b)).count();
+    Some((parse_u64(&buf[i..end])?, end))
 }
 
 const POW10: [u64; 9] = [1, 10, 100, 1_000, 10_000, 100_000, 1_000_000, 10_000_000, 100_000_000];
