@@ -96,26 +96,36 @@ _KEEP_BYTES: Final = 1 << 20
 
 class _Scratch(threading.local):
     def __init__(self) -> None:
-        # (numbers, their capacity, strings, their capacity, counts): one attribute, read once a call
-        self.buffers = (_ffi.NULL, 0, _ffi.NULL, 0, _ffi.new("uintptr_t[3]"))
+        self.buffers = _buffers(_ffi.NULL, 0, _ffi.NULL, 0, _ffi.new("uintptr_t[3]"))
+
+
+Buffers = tuple[tuple[Any, ...], memoryview, memoryview]
+
+
+def _buffers(nums: Any, nums_cap: int, strs: Any, strs_cap: int, counts: Any) -> Buffers:
+    """The arguments a parser writes into after its input, and views of them as
+    u64 numbers and as bytes (made once per buffer, sliced per call)."""
+    numbers = memoryview(_ffi.buffer(nums, nums_cap * 8)).cast("Q") if nums_cap else memoryview(b"").cast("Q")
+    strings = memoryview(_ffi.buffer(strs, strs_cap)) if strs_cap else memoryview(b"")
+    return (nums, nums_cap, strs, strs_cap, counts), numbers, strings
 
 
 def _call(fn: Any, data: bytes) -> tuple[int, memoryview, str]:
     """Run one native parser; returns (records, the numbers as u64s, the strings, NUL-separated)."""
-    nums, nums_cap, strs, strs_cap, counts = buffers = _scratch.buffers
-    rc = fn(data, len(data), *buffers)
+    args, numbers, strings = buffers = _scratch.buffers
+    rc = fn(data, len(data), *args)
+    counts = args[4]
     if rc == _ERR_BUFFER:  # first call on this thread, or a larger input than before
         nums_cap, strs_cap = counts[1] + counts[1] // 4, counts[2] + counts[2] // 4
         nums, strs = _new("uint64_t[]", max(nums_cap, 1)), _new("uint8_t[]", max(strs_cap, 1))
-        buffers = (nums, nums_cap, strs, strs_cap, counts)
+        args, numbers, strings = buffers = _buffers(nums, nums_cap, strs, strs_cap, counts)
         if nums_cap * 8 + strs_cap <= _KEEP_BYTES:
             _scratch.buffers = buffers
-        rc = fn(data, len(data), *buffers)
+        rc = fn(data, len(data), *args)
     if rc != _OK:
         raise NativeError(f"{_last_error()} (code {rc})")
     records, n_nums, n_strs = counts
-    numbers = memoryview(_ffi.buffer(nums, n_nums * 8)).cast("Q")
-    return records, numbers, str(_ffi.buffer(strs, n_strs), "utf-8", "surrogateescape")
+    return records, numbers[:n_nums], str(strings[:n_strs], "utf-8", "surrogateescape")
 
 
 def _native_parser(cfn: str, cls: type[R], nnums: int, nstrs: int, strings_first: bool) -> Callable[[bytes], list[R]]:
