@@ -16,7 +16,8 @@
 //! fields after it, or with non-integer ids, are skipped.
 
 use crate::ffi::Out;
-use crate::scan::{eq_masks64, find_byte};
+use crate::masks::eq_masks64;
+use crate::scan::find_byte;
 use crate::text::parse_u64;
 
 pub fn parse(input: &[u8], out: &mut Out) {
