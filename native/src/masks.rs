@@ -162,6 +162,15 @@ fn eq_masks16_swar<const N: usize>(block: &[u8; 16], needles: [u8; N]) -> [u32; 
     needles.map(|n| eq(lo ^ (LO * u64::from(n))) | eq(hi ^ (LO * u64::from(n))) << 8)
 }
 
+/// A xorshift step: the unit tests' source of varied input (no crates here).
+#[cfg(test)]
+pub(crate) fn xorshift(seed: &mut u64) -> u64 {
+    *seed ^= *seed << 13;
+    *seed ^= *seed >> 7;
+    *seed ^= *seed << 17;
+    *seed
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -172,10 +181,7 @@ mod tests {
         for _ in 0..5_000 {
             let mut block = [0u8; 16];
             for b in &mut block {
-                seed ^= seed << 13;
-                seed ^= seed >> 7;
-                seed ^= seed << 17;
-                *b = [b' ', b'\n', b'\\', b'a', 0x80 | b' ', 0, 0xff][(seed % 7) as usize];
+                *b = [b' ', b'\n', b'\\', b'a', 0x80 | b' ', 0, 0xff][(xorshift(&mut seed) % 7) as usize];
             }
             let needles = [b' ', b'\n', b'\\'];
             let expected = needles.map(|n| block.iter().enumerate().filter(|(_, &b)| b == n).map(|(k, _)| 1u32 << k).sum::<u32>());
@@ -190,10 +196,7 @@ mod tests {
         for _ in 0..20_000 {
             let mut block = [0u8; 16];
             for b in &mut block {
-                seed ^= seed << 13;
-                seed ^= seed >> 7;
-                seed ^= seed << 17;
-                *b = (seed >> 24) as u8;
+                *b = (xorshift(&mut seed) >> 24) as u8;
                 if seed & 1 == 0 {
                     *b = [b' ', b'\n', b'\t', 0x0b, 0x0c, b'\r', b'0', b'9', b'/', b':', 0x08, 0x0e, 0x89, 0xb0][(seed % 14) as usize];
                 }

@@ -225,12 +225,7 @@ mod tests {
     fn generated_lines_match_the_reference() {
         let alphabet: &[&[u8]] = &[b" ", b"  ", b"\t", b"\x0b", b"\r", b"\n", b"0", b"7", b"42", b"123456789", b"18446744073709551615", b"18446744073709551616", b"00000000000000000000001", b"x", b"+", b"\xff", b":"];
         let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
-        let mut next = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
+        let mut next = move || crate::masks::xorshift(&mut seed);
         for _ in 0..20_000 {
             let len = (next() % 24) as usize;
             let buf: Vec<u8> = (0..len).flat_map(|_| alphabet[(next() % alphabet.len() as u64) as usize].iter().copied()).collect();
