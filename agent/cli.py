@@ -179,8 +179,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     from .config import ConfigError
     from .state import StateDirError
 
-    args = build_parser().parse_args(argv)
     try:
+        # Feature command modules import the parsers: a bad NODE_HEALTH_AGENT_PARSERS
+        # surfaces here, before any argument is parsed.
+        args = build_parser().parse_args(argv)
         return int(args.func(args))
     except (ConfigError, StateDirError) as exc:
         print(f"agent: {exc}", file=sys.stderr)

@@ -4,20 +4,21 @@ The native library is used when it loads and its ABI matches; otherwise the
 pure-Python twins in `agent.parsers` give the same records. Which one is in use
 is logged at start, printed by `agent version` and exported as the `native`
 label of `node_health_build_info`. ``NODE_HEALTH_AGENT_PARSERS=python`` forces
-the twins, ``=native`` makes a missing native library an error.
+the twins, ``=native`` makes a missing native library an error (a `ConfigError`:
+one line, exit 2), ``=auto`` (the default) takes native when it loads.
 
 Nothing else in the agent touches `lib` or `ffi`.
 """
 
 from __future__ import annotations
 
-import operator
 import os
-import struct
+import threading
 from collections.abc import Callable
-from functools import partial
+from itertools import repeat
 from typing import Any, Final, TypeVar
 
+from .config import ConfigError
 from .parsers import diskstats as _diskstats
 from .parsers import iptsave as _iptsave
 from .parsers import mountinfo as _mountinfo
@@ -30,12 +31,14 @@ from .parsers.netdev import NetDevStats
 from .parsers.xid import XidRecord
 
 __all__ = [
+    "ENV",
+    "IMPLEMENTATION",
+    "PYTHON_TWINS",
     "DiskStats",
     "IptRecord",
     "MountInfo",
     "NativeError",
     "NetDevStats",
-    "IMPLEMENTATION",
     "describe",
     "parse_diskstats",
     "parse_iptables_save",
@@ -46,6 +49,8 @@ __all__ = [
 ]
 
 ABI_VERSION: Final = 1
+ENV: Final = "NODE_HEALTH_AGENT_PARSERS"
+_CHOICES: Final = ("auto", "native", "python")
 _OK, _ERR_BUFFER, _ERR_ARGS, _ERR_PANIC = 0, 1, 2, -1
 
 R = TypeVar("R", bound=tuple[Any, ...])
@@ -56,18 +61,22 @@ class NativeError(RuntimeError):
 
 
 def _load() -> tuple[Any, Any, str]:
-    choice = os.environ.get("NODE_HEALTH_AGENT_PARSERS", "auto")
+    choice = os.environ.get(ENV, "auto")
+    if choice not in _CHOICES:
+        raise ConfigError("environment", ENV, f'expected one of "auto", "native", "python", got "{choice}"')
     if choice == "python":
-        return None, None, "forced by NODE_HEALTH_AGENT_PARSERS=python"
+        return None, None, f"forced by {ENV}=python"
     try:
         from ._native import ffi, lib  # type: ignore[import-not-found,attr-defined]
 
         if lib.nha_abi_version() != ABI_VERSION:
             raise ImportError(f"ABI {lib.nha_abi_version()} != {ABI_VERSION}")
     except (ImportError, OSError, AttributeError) as exc:
+        why = " ".join(str(exc).split())
         if choice == "native":
-            raise
-        return None, None, f"native library unavailable: {exc}"
+            problem = f"native parsers required, but agent._native cannot be loaded: {why}"
+            raise ConfigError("environment", ENV, problem) from exc
+        return None, None, f"native library unavailable: {why}"
     return ffi, lib, "agent._native"
 
 
@@ -87,54 +96,75 @@ def _last_error() -> str:
     return bytes(_ffi.buffer(buf, size)).decode("utf-8", "replace")
 
 
-def _alloc() -> Callable[[str, int], Any]:
-    return _ffi.new_allocator(should_clear_after_alloc=False) if _ffi is not None else None  # type: ignore[no-any-return]
+# Output buffers are kept per thread and grown on demand, so that a parse costs
+# no allocation; one that would need more than this is served by buffers
+# allocated for that call alone, so one odd input cannot pin memory for good.
+_KEEP_BYTES: Final = 1 << 20
 
 
-_new = _alloc()
+class _Scratch(threading.local):
+    def __init__(self) -> None:
+        self.buffers = _buffers(_ffi.NULL, 0, _ffi.NULL, 0, _ffi.new("uintptr_t[3]"))
 
 
-def _call(fn: Any, data: bytes, nums_per_line: int, strs_per_line: int) -> tuple[int, Any, list[str]]:
-    """Run one native parser; returns (records, the numbers' buffer, strings)."""
-    lines = data.count(b"\n") + 1
-    nums_cap = lines * nums_per_line
-    strs_cap = len(data) + lines * strs_per_line + 1
-    counts = _new("uintptr_t[3]")
-    for _ in range(2):
-        nums = _new("uint64_t[]", max(nums_cap, 1))
-        strs = _new("uint8_t[]", max(strs_cap, 1))
-        rc = fn(data, len(data), nums, nums_cap, strs, strs_cap, counts)
-        if rc == _ERR_BUFFER:  # sized from the input this cannot happen; stay correct anyway
-            nums_cap, strs_cap = counts[1], counts[2]
-            continue
-        if rc != _OK:
-            raise NativeError(f"{_last_error()} (code {rc})")
-        text = _ffi.buffer(strs, counts[2])[:].decode("utf-8", "surrogateescape")
-        return counts[0], _ffi.buffer(nums, counts[1] * 8), text.split("\0")[:-1]
-    raise NativeError("native parser kept asking for larger buffers")
+Buffers = tuple[tuple[Any, ...], memoryview, memoryview]
+
+
+def _buffers(nums: Any, nums_cap: int, strs: Any, strs_cap: int, counts: Any) -> Buffers:
+    """The arguments a parser writes into after its input, and views of them as
+    u64 numbers and as bytes (made once per buffer, sliced per call)."""
+    numbers = memoryview(_ffi.buffer(nums, nums_cap * 8)).cast("Q") if nums_cap else memoryview(b"").cast("Q")
+    strings = memoryview(_ffi.buffer(strs, strs_cap)) if strs_cap else memoryview(b"")
+    return (nums, nums_cap, strs, strs_cap, counts), numbers, strings
+
+
+def _call(fn: Any, data: bytes) -> tuple[int, memoryview, str]:
+    """Run one native parser; returns (records, the numbers as u64s, the strings, NUL-separated)."""
+    args, numbers, strings = buffers = _scratch.buffers
+    rc = fn(data, len(data), *args)
+    counts = args[4]
+    if rc == _ERR_BUFFER:  # first call on this thread, or a larger input than before
+        nums_cap, strs_cap = counts[1] + counts[1] // 4, counts[2] + counts[2] // 4
+        nums, strs = _new("uint64_t[]", max(nums_cap, 1)), _new("uint8_t[]", max(strs_cap, 1))
+        args, numbers, strings = buffers = _buffers(nums, nums_cap, strs, strs_cap, counts)
+        if nums_cap * 8 + strs_cap <= _KEEP_BYTES:
+            _scratch.buffers = buffers
+        rc = fn(data, len(data), *args)
+    if rc != _OK:
+        raise NativeError(f"{_last_error()} (code {rc})")
+    records, n_nums, n_strs = counts
+    return records, numbers[:n_nums], str(strings[:n_strs], "utf-8", "surrogateescape")
 
 
 def _native_parser(cfn: str, cls: type[R], nnums: int, nstrs: int, strings_first: bool) -> Callable[[bytes], list[R]]:
-    """Wrap `nha_parse_<name>`; records are rebuilt from the flat buffers in C
-    (struct unpacking, zip grouping, tuple concatenation), never field by field."""
+    """Wrap `nha_parse_<name>`. Records are rebuilt in C code paths only: one
+    `zip` over the numbers and the strings yields each record's fields in
+    order, `tuple.__new__` makes it a `cls`; nothing runs per field in Python."""
     fn = getattr(_lib, cfn)
-    unpack = struct.Struct(f"={nnums}Q").iter_unpack
-    make = partial(tuple.__new__, cls)
+    name = cfn.removeprefix("nha_parse_")  # its twin's key in PYTHON_TWINS
+    new = tuple.__new__
 
     def parse(data: bytes) -> list[R]:
-        records, nums, strs = _call(fn, data, nnums, nstrs)
-        if not records:
-            return []
-        numbers = unpack(nums)
-        strings = zip(*[iter(strs)] * nstrs)
-        pairs = (strings, numbers) if strings_first else (numbers, strings)
-        return list(map(make, map(operator.add, *pairs)))
+        records, numbers, text = _call(fn, data)
+        strings = text.split("\0")  # every string ends with a NUL: one more item than strings
+        if len(strings) != records * nstrs + 1:
+            # A NUL inside a string (never in a kernel file: it prints C strings)
+            # would shift every later field; the twin gives the exact answer.
+            if name not in PYTHON_TWINS:
+                raise NativeError(f"{cfn}: a string holds a NUL byte")
+            return PYTHON_TWINS[name](data)  # type: ignore[return-value]
+        fields = [iter(strings)] * nstrs + [iter(numbers)] * nnums
+        if not strings_first:
+            fields.reverse()
+        return list(map(new, repeat(cls, records), zip(*fields)))
 
     parse.__name__ = cfn
     return parse
 
 
 if _lib is not None:
+    _new = _ffi.new_allocator(should_clear_after_alloc=False)
+    _scratch = _Scratch()
     parse_net_dev: Callable[[bytes], list[NetDevStats]] = _native_parser(
         "nha_parse_net_dev", NetDevStats, 16, 1, strings_first=True
     )
@@ -155,7 +185,7 @@ else:
     parse_xid = _xid.parse
     parse_iptables_save = _iptsave.parse
 
-PYTHON_TWINS: Final = {
+PYTHON_TWINS: Final = {  # keyed by the name after "nha_parse_"
     "net_dev": _netdev.parse,
     "diskstats": _diskstats.parse,
     "mountinfo": _mountinfo.parse,

@@ -12,7 +12,13 @@ def u64(field: bytes) -> int | None:
     """A non-empty run of ASCII digits that fits in a u64, else None."""
     if not field.isdigit():  # bytes.isdigit is ASCII-only and False for b""
         return None
-    value = int(field)
+    try:
+        value = int(field)
+    except ValueError:  # more than 4300 digits: int()'s limit (CVE-2020-10735); a u64 has 20 at most
+        field = field.lstrip(b"0")
+        if len(field) > 20:
+            return None
+        value = int(field or b"0")
     return value if value <= _U64_MAX else None
 
 

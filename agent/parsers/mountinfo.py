@@ -2,6 +2,11 @@
 
 Format in proc(5): ``36 35 98:0 /mnt1 /mnt2 rw,noatime master:1 - ext3 /dev/root rw``;
 paths carry the kernel's ``\\ooo`` escapes for space, tab, newline and backslash.
+
+Fields are separated by exactly one space, as ``show_mountinfo``
+(fs/proc_namespace.c) prints them: other whitespace (``\\r``, ``\\v``, ``\\f``)
+is left raw and belongs to a name, and an empty mount source shows as two
+spaces in a row (``- tmpfs  rw``). The super options are the rest of the line.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ class MountInfo(NamedTuple):
 def parse(data: bytes) -> list[MountInfo]:
     out: list[MountInfo] = []
     for line in data.split(b"\n"):
-        f = line.split()
+        f = line.split(b" ")
         if len(f) < 10:
             continue
         try:
@@ -41,6 +46,6 @@ def parse(data: bytes) -> list[MountInfo]:
         ids = (u64(f[0]), u64(f[1]), u64(major_b), u64(minor_b))
         if not colon or None in ids:
             continue
-        strings = (f[3], f[4], f[5], b" ".join(f[6:sep]), f[sep + 1], f[sep + 2], f[sep + 3])
+        strings = (f[3], f[4], f[5], b" ".join(f[6:sep]), f[sep + 1], f[sep + 2], b" ".join(f[sep + 3 :]))
         out.append(MountInfo(*ids, *(decode(unescape_octal(s)) for s in strings)))  # type: ignore[arg-type]
     return out

@@ -117,6 +117,16 @@ impl<'a> Out<'a> {
         self.n_nums += 1;
     }
 
+    /// Writes several numbers at once (one bounds check, one copy).
+    #[inline]
+    pub fn nums(&mut self, vs: &[u64]) {
+        let end = self.n_nums + vs.len();
+        if let Some(slot) = self.nums.get_mut(self.n_nums..end) {
+            slot.copy_from_slice(vs);
+        }
+        self.n_nums = end;
+    }
+
     /// Writes `s` followed by a NUL terminator.
     #[inline]
     pub fn str(&mut self, s: &[u8]) {
@@ -131,12 +141,21 @@ impl<'a> Out<'a> {
     /// Writes `s` with the kernel's `\ooo` octal escapes decoded (see `unescape_octal`).
     #[inline]
     pub fn str_unescaped(&mut self, s: &[u8]) {
-        if !s.contains(&b'\\') {
+        if crate::scan::find_byte(b'\\', s).is_none() {
             return self.str(s);
         }
-        let mut buf = Vec::with_capacity(s.len());
-        crate::text::unescape_octal(s, &mut buf);
-        self.str(&buf);
+        for b in crate::text::unescape_octal(s) {
+            self.byte(b);
+        }
+        self.byte(0);
+    }
+
+    #[inline]
+    fn byte(&mut self, b: u8) {
+        if let Some(slot) = self.strs.get_mut(self.n_strs) {
+            *slot = b;
+        }
+        self.n_strs += 1;
     }
 
     #[inline]
@@ -194,4 +213,80 @@ pub unsafe fn run_parser(
             NHA_OK
         }
     })
+}
+
+/// Runs `parse` through the C boundary with room to spare; returns the records
+/// as (numbers, strings) pairs. For the parsers' unit tests.
+#[cfg(test)]
+pub(crate) fn collect(parse: fn(&[u8], &mut Out), input: &[u8], nnums: usize) -> Vec<(Vec<u64>, Vec<Vec<u8>>)> {
+    let mut nums = vec![0u64; input.len() * nnums + 1];
+    let mut strs = vec![0u8; input.len() * 2 + 64];
+    let mut counts = [0usize; 3];
+    let rc = unsafe {
+        run_parser(input.as_ptr(), input.len(), nums.as_mut_ptr(), nums.len(), strs.as_mut_ptr(), strs.len(), counts.as_mut_ptr(), parse)
+    };
+    assert_eq!(rc, NHA_OK);
+    let strings: Vec<Vec<u8>> = strs[..counts[2]].split(|&b| b == 0).map(<[u8]>::to_vec).collect();
+    let nstrs = (strings.len() - 1).checked_div(counts[0]).unwrap_or(0);
+    (0..counts[0])
+        .map(|r| (nums[r * nnums..(r + 1) * nnums].to_vec(), strings[r * nstrs..(r + 1) * nstrs].to_vec()))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn two_records(_: &[u8], out: &mut Out) {
+        for (n, s) in [(7u64, &b"seven"[..]), (8, b"a\\040b")] {
+            out.num(n);
+            out.str_unescaped(s);
+            out.end_record();
+        }
+    }
+
+    fn call(nums_cap: usize, strs_cap: usize) -> (i32, [usize; 3], Vec<u64>, Vec<u8>) {
+        let mut nums = vec![0u64; nums_cap];
+        let mut strs = vec![0u8; strs_cap];
+        let mut counts = [0usize; 3];
+        let rc = unsafe {
+            run_parser(b"".as_ptr(), 0, nums.as_mut_ptr(), nums_cap, strs.as_mut_ptr(), strs_cap, counts.as_mut_ptr(), two_records)
+        };
+        (rc, counts, nums, strs)
+    }
+
+    #[test]
+    fn writes_records_and_counts() {
+        let (rc, counts, nums, strs) = call(2, 10);
+        assert_eq!((rc, counts), (NHA_OK, [2, 2, 10]));
+        assert_eq!(nums, [7, 8]);
+        assert_eq!(strs, b"seven\0a b\0");
+    }
+
+    #[test]
+    fn too_small_reports_the_sizes_needed() {
+        for (nums_cap, strs_cap) in [(1, 10), (2, 9), (0, 0), (2, 5)] {
+            let (rc, counts, _, _) = call(nums_cap, strs_cap);
+            assert_eq!((rc, counts), (NHA_ERR_BUFFER, [2, 2, 10]), "caps {nums_cap} {strs_cap}");
+        }
+    }
+
+    #[test]
+    fn null_pointers_with_a_length_are_refused() {
+        let mut counts = [0usize; 3];
+        let rc = unsafe {
+            run_parser(std::ptr::null(), 3, std::ptr::null_mut(), 0, std::ptr::null_mut(), 0, counts.as_mut_ptr(), two_records)
+        };
+        assert_eq!(rc, NHA_ERR_ARGS);
+    }
+
+    #[test]
+    fn a_panic_becomes_an_error_code_with_its_message() {
+        assert_eq!(nha_selftest_panic(), NHA_ERR_PANIC);
+        let mut buf = [0u8; 64];
+        let len = unsafe { nha_last_error(buf.as_mut_ptr(), buf.len()) };
+        assert_eq!(&buf[..len], b"deliberate panic from nha_selftest_panic");
+        assert_eq!(guarded(|| panic!("with {}", "format")), NHA_ERR_PANIC);
+        assert_eq!(unsafe { nha_last_error(std::ptr::null_mut(), 0) }, "with format".len());
+    }
 }

@@ -3,9 +3,9 @@
 
 /// ASCII whitespace as Python's `bytes.split()` sees it (note: includes \x0b,
 /// which `u8::is_ascii_whitespace` does not).
-#[inline]
+#[inline(always)]
 pub fn is_ws(b: u8) -> bool {
-    matches!(b, b' ' | b'\t' | b'\n' | b'\r' | 0x0b | 0x0c)
+    b == b' ' || b.wrapping_sub(b'\t') < 5 // \t \n \x0b \x0c \r
 }
 
 /// Splits on runs of whitespace, like Python's `bytes.split()`.
@@ -40,31 +40,12 @@ pub fn parse_u64(s: &[u8]) -> Option<u64> {
 
 /// Parses up to `out.len()` whitespace-separated unsigned integers from `s`.
 /// Returns how many were parsed before the end of `s`; `None` as soon as a
-/// token among them is not a u64 (same rule as `parse_u64`). One pass, no
-/// iterator adapters: this is the inner loop of every counter file.
+/// token among them is not a u64 (same rule as `parse_u64`).
 #[inline]
 pub fn scan_u64s(s: &[u8], out: &mut [u64]) -> Option<usize> {
-    let mut i = 0;
     let mut n = 0;
-    while n < out.len() {
-        while i < s.len() && is_ws(s[i]) {
-            i += 1;
-        }
-        if i == s.len() {
-            break;
-        }
-        let mut v: u64 = 0;
-        let start = i;
-        while i < s.len() && !is_ws(s[i]) {
-            let d = s[i].wrapping_sub(b'0');
-            if d > 9 {
-                return None;
-            }
-            v = v.checked_mul(10)?.checked_add(u64::from(d))?;
-            i += 1;
-        }
-        debug_assert!(i > start);
-        out[n] = v;
+    for token in fields(s).take(out.len()) {
+        out[n] = parse_u64(token)?;
         n += 1;
     }
     Some(n)
@@ -79,25 +60,24 @@ pub fn lines(input: &[u8]) -> impl Iterator<Item = &[u8]> {
 /// Decodes the kernel's `\ooo` escapes (seq_file `mangle`): a backslash followed
 /// by exactly three octal digits whose value fits a byte becomes that byte;
 /// every other backslash is kept as it is.
-pub fn unescape_octal(s: &[u8], out: &mut Vec<u8>) {
+pub fn unescape_octal(s: &[u8]) -> impl Iterator<Item = u8> + '_ {
     let mut i = 0;
-    while i < s.len() {
-        if s[i] == b'\\' && i + 3 < s.len() && is_oct(s[i + 1]) && is_oct(s[i + 2]) && is_oct(s[i + 3]) {
-            let v = u32::from(s[i + 1] - b'0') * 64 + u32::from(s[i + 2] - b'0') * 8 + u32::from(s[i + 3] - b'0');
-            if v <= 0xff {
-                out.push(v as u8);
-                i += 4;
-                continue;
-            }
+    std::iter::from_fn(move || {
+        let b = *s.get(i)?;
+        if let (b'\\', Some(v)) = (b, s.get(i + 1..i + 4).and_then(octal_byte)) {
+            i += 4;
+            return Some(v);
         }
-        out.push(s[i]);
         i += 1;
-    }
+        Some(b)
+    })
 }
 
 #[inline]
-fn is_oct(b: u8) -> bool {
-    (b'0'..=b'7').contains(&b)
+fn octal_byte(d: &[u8]) -> Option<u8> {
+    let is_oct = |b: u8| (b'0'..=b'7').contains(&b);
+    // The first digit is at most 3: \400 and up do not fit a byte.
+    ((b'0'..=b'3').contains(&d[0]) && is_oct(d[1]) && is_oct(d[2])).then(|| (d[0] - b'0') << 6 | (d[1] - b'0') << 3 | (d[2] - b'0'))
 }
 
 #[cfg(test)]
@@ -125,9 +105,8 @@ mod tests {
 
     #[test]
     fn octal() {
-        let mut v = Vec::new();
-        unescape_octal(b"/mnt/a\\040b\\134c\\777\\12", &mut v);
-        assert_eq!(v, b"/mnt/a b\\c\\777\\12");
+        let v: Vec<u8> = unescape_octal(b"/mnt/a\\040b\\134c\\777\\12\\\\101\\011\\").collect();
+        assert_eq!(v, b"/mnt/a b\\c\\777\\12\\A\t\\");
     }
 
     #[test]
