@@ -60,7 +60,7 @@ def test_every_burn_sample_is_declared_with_its_labels() -> None:
     assert ({"kind": "preflight", "result": "fail"}, 1.0) in m["node_health_burn_runs_total"]
     assert m["node_health_burn_duration_seconds"] == [({}, 62.5)]
     findings = {(lab["subject"], lab["reason"]): v for lab, v in m["node_health_finding"]}
-    assert findings[("gpu1", "PreflightFailed")] == 1 and findings[("preflight", "BurnUnavailable")] == 1
+    assert findings[("gpu1", "PreflightFailed")] == 1 and findings[("backend", "BurnUnavailable")] == 1
 
 
 def test_agent_run_reports_a_no_gpu_preflight(tmp_path: Path) -> None:
@@ -88,7 +88,7 @@ def test_agent_run_with_gpus_but_no_driver_says_unknown(tmp_path: Path) -> None:
             timeout=60,
             what="preflight unavailable",
         )
-        assert agent.value("node_health_finding", check="burn", subject="preflight", reason="BurnUnavailable") == 1
+        assert agent.value("node_health_finding", check="burn", subject="backend", reason="BurnUnavailable") == 1
         assert agent.value("node_health_finding", check="burn", subject="gpu2", reason="PreflightFailed") == 0
     finally:
         assert agent.stop() == 0, agent.logs()

@@ -66,3 +66,13 @@ def test_with_the_burn_off_the_preflight_taint_is_left_alone(fake: FakeApiServer
     rec.step(clock(), snapshot([], runs=1, check="disk", known=("DiskFull",)))  # no check watches Preflight
     assert our_taints(fake) == before
     assert not [r for r in fake.writes() if r.path == f"/api/v1/nodes/{NODE}"], "no taint write at all"
+
+
+def test_a_burn_that_cannot_run_opens_the_gate_and_stays_visible(fake: FakeApiServer, tmp_path: Any) -> None:
+    """No backend (no cuda-bindings, no dcgmi): nothing is known of the GPUs, so the node is not held for it."""
+    clock = Clock()
+    rec = make_reconciler(fake, str(tmp_path), settings(hysteresis=SLOW), clock=clock)
+    rec.step(clock(), burn([finding("PreflightPending", "preflight", "burn")], runs=1))
+    assert our_taints(fake) == [(PREFLIGHT, "PreflightPending", "NoSchedule")]
+    rec.step(clock(), burn([finding("BurnUnavailable", "backend", "burn")], runs=2))
+    assert our_taints(fake) == []

@@ -15,6 +15,14 @@ from .model import BurnReport, GpuVerdict
 
 CHECK = "burn"
 PREFLIGHT = "preflight"  # the subject of findings about the preflight as a whole
+# The subject of "the burn could not run": apart from PREFLIGHT on purpose (and
+# not the source's own name, which would mean "every subject is unknown"). A
+# burn that cannot run (no backend, no driver) says nothing about the GPUs, so
+# it must neither hold the node nor be the reason it is held: the preflight
+# subject itself is then definitely no longer pending, and the gate opens,
+# while BurnUnavailable stays visible (a deployment problem to fix, not a
+# reason to keep every GPU node of a fleet out of service).
+BURN = "backend"
 STATES = ("pending", "passed", "failed", "no_gpu", "unavailable", "disabled")
 KINDS = ("preflight", "periodic", "manual")
 
@@ -33,7 +41,7 @@ def findings(report: BurnReport, kind: str) -> list[Finding]:
     for g in report.failed():
         b.finding(g.subject, failed, g.summary())
     if report.unavailable or any(g.status == "unknown" for g in report.gpus):
-        b.finding(PREFLIGHT, "BurnUnavailable", unknown_message(report))
+        b.finding(BURN, "BurnUnavailable", unknown_message(report))
     if report.no_gpu and kind == "preflight":
         b.finding(PREFLIGHT, "NotApplicable", f"{report.note}: the preflight passes")
     return list(b.build().findings)

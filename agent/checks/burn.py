@@ -185,7 +185,7 @@ def runner(ctx: CheckContext, cfg: BurnConfig) -> Runner:
 def known(ctx: CheckContext) -> Iterable[tuple[str, str]]:
     from ..burn.runner import pci_gpu_count
 
-    out = [("preflight", "PreflightPending"), ("preflight", "PreflightFailed"), ("preflight", "BurnUnavailable")]
+    out = [("preflight", "PreflightPending"), ("preflight", "PreflightFailed"), ("backend", "BurnUnavailable")]
     for i in range(pci_gpu_count(ctx.paths)):
         out += [(f"gpu{i}", "PreflightFailed"), (f"gpu{i}", "BurnFailed")]
     return out
