@@ -23,11 +23,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from types import MappingProxyType
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 EMBEDDED = "<embedded config/agent.toml>"
-
-T = TypeVar("T")
 
 
 class ConfigError(Exception):
@@ -80,8 +78,8 @@ def opt(
     default: Any,
     doc: str,
     *,
-    min: float | None = None,  # noqa: A002 - reads naturally in the schema
-    max: float | None = None,  # noqa: A002
+    min: float | None = None,
+    max: float | None = None,
     duration: bool = False,
     check: Callable[[Any], str | None] | None = None,
 ) -> Any:
@@ -159,7 +157,7 @@ class CheckConfig:
     timeout: float = opt(10.0, "A run longer than this is reported as CheckTimeout.", duration=True, min=0.1)
 
 
-from .kube.settings import KubernetesSection  # noqa: E402 - its fields use opt() above
+from .kube.settings import KubernetesSection  # noqa: E402 - after CheckConfig, which it does not need; kube.settings needs opt()
 
 
 @dataclass(frozen=True)
@@ -202,7 +200,7 @@ def parse(text: str, source: str) -> Config:
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(source, None, f"TOML syntax error: {exc}") from None
     checks_raw = data.pop("checks", {})
-    cfg = _build(Config, {k: v for k, v in data.items()}, "", source, skip={"checks"})
+    cfg: Config = _build(Config, data, "", source, skip={"checks"})
     checks = _build_checks(checks_raw, source)
     return dataclasses.replace(cfg, source=source, checks=checks)
 
@@ -225,7 +223,7 @@ def _build_checks(raw: Any, source: str) -> Mapping[str, CheckConfig]:
     return MappingProxyType(built)
 
 
-def _build(cls: type[T], raw: Any, prefix: str, source: str, skip: frozenset[str] | set[str] = frozenset()) -> T:
+def _build(cls: Any, raw: Any, prefix: str, source: str, skip: frozenset[str] | set[str] = frozenset()) -> Any:
     if not isinstance(raw, dict):
         raise ConfigError(source, prefix or None, f"expected a table, got {_describe(raw)}")
     fields = {f.name: f for f in dataclasses.fields(cls) if not f.metadata.get("internal") and f.name not in skip}
@@ -369,7 +367,7 @@ def fields_doc(cls: type, prefix: str) -> list[tuple[str, str, str]]:
         if f.metadata.get("internal"):
             continue
         key = _join(prefix, f.name)
-        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+        default: Any = f.default if f.default_factory is dataclasses.MISSING else f.default_factory()
         if dataclasses.is_dataclass(default):
             rows.extend(fields_doc(type(default), key))
             continue

@@ -11,21 +11,20 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from types import FrameType
 from typing import TYPE_CHECKING
 
 from . import __version__, native
-from collections.abc import Sequence
-
 from .checks import CheckContext, build_sources
 from .config import Config, ConfigError
 from .findings import Finding, Sample, Severity
 from .metrics import MetricsServer, build_registry
 from .runtime import Overrides, build_checks, host_paths, load_config, node_name, state_dir
 from .scheduler import Scheduler
-from .sources import EventSource
 from .sdnotify import Notifier
+from .sources import EventSource
 from .state import StateDir
 from .store import Snapshot, Store
 

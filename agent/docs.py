@@ -3,12 +3,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from . import catalog
 from .checks import registry
 from .config import Config, fields_doc
 
 
-def _table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
+def _table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in rows]
     return "\n".join(lines) + "\n"
@@ -17,8 +19,7 @@ def _table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
 def config_rows() -> list[tuple[str, str, str]]:
     rows: list[tuple[str, str, str]] = []
     for section in ("agent", "paths", "metrics", "kubernetes"):
-        cls = Config.__dataclass_fields__[section].default_factory  # type: ignore[misc]
-        rows += fields_doc(cls, section)  # type: ignore[arg-type]
+        rows += fields_doc(type(getattr(Config(), section)), section)
     for name, spec in registry().items():
         rows += fields_doc(spec.config, f"checks.{name}")
     return rows
@@ -26,18 +27,17 @@ def config_rows() -> list[tuple[str, str, str]]:
 
 def render(what: str) -> str:
     if what == "config":
-        rows = [(f"`{k}`", f"`{d}`", doc) for k, d, doc in config_rows()]
-        return _table(("key", "default", "meaning"), rows)
+        return _table(("key", "default", "meaning"), [(f"`{k}`", f"`{d}`", doc) for k, d, doc in config_rows()])
     if what == "metrics":
-        rows = [
-            (f"`{m.name}`", m.kind, ", ".join(f"`{label}`" for label in m.labels), m.help)
-            for m in sorted(catalog.metrics().values(), key=lambda m: m.name)
-        ]
-        return _table(("metric", "type", "labels", "meaning"), rows)
+        metrics = sorted(catalog.metrics().values(), key=lambda m: m.name)
+        return _table(
+            ("metric", "type", "labels", "meaning"),
+            [(f"`{m.name}`", m.kind, ", ".join(f"`{label}`" for label in m.labels), m.help) for m in metrics],
+        )
     if what == "reasons":
-        rows = [
-            (f"`{r.name}`", r.severity.value + (" (unknown)" if r.unknown else ""), r.family, r.summary)
-            for r in sorted(catalog.reasons().values(), key=lambda r: r.name)
-        ]
-        return _table(("reason", "severity", "family", "meaning"), rows)
+        reasons = sorted(catalog.reasons().values(), key=lambda r: r.name)
+        return _table(
+            ("reason", "severity", "family", "meaning"),
+            [(f"`{r.name}`", r.severity.value + (" (unknown)" if r.unknown else ""), r.family, r.summary) for r in reasons],
+        )
     raise ValueError(what)

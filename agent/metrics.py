@@ -288,10 +288,10 @@ class MetricsServer:
         class Handler(BaseHTTPRequestHandler):
             server_version = f"node-health-agent/{__version__}"
 
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+            def log_message(self, format: str, *args: Any) -> None:
                 log.debug("http %s " + format, self.client_address[0], *args)
 
-            def do_GET(self) -> None:  # noqa: N802 - stdlib name
+            def do_GET(self) -> None:
                 path = self.path.split("?", 1)[0]
                 if path == "/healthz":
                     code, body = outer.health(store)

@@ -39,13 +39,13 @@ __all__ = [
     "MountInfo",
     "NativeError",
     "NetDevStats",
+    "XidRecord",
     "describe",
     "parse_diskstats",
     "parse_iptables_save",
     "parse_mountinfo",
     "parse_net_dev",
     "parse_xid",
-    "XidRecord",
 ]
 
 ABI_VERSION: Final = 1
@@ -67,7 +67,7 @@ def _load() -> tuple[Any, Any, str]:
     if choice == "python":
         return None, None, f"forced by {ENV}=python"
     try:
-        from ._native import ffi, lib  # type: ignore[import-not-found,attr-defined]
+        from ._native import ffi, lib  # type: ignore[import-not-found,attr-defined,unused-ignore]
 
         if lib.nha_abi_version() != ABI_VERSION:
             raise ImportError(f"ABI {lib.nha_abi_version()} != {ABI_VERSION}")

@@ -29,7 +29,7 @@ class ProbeResult(Generic[T]):
 
 
 class _Call:
-    __slots__ = ("done", "value", "error", "started")
+    __slots__ = ("done", "error", "started", "value")
 
     def __init__(self) -> None:
         self.done = threading.Event()

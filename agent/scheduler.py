@@ -141,7 +141,7 @@ class Scheduler:
                 log.exception("error in a loop callback")
             return
         _, name, run, obs, err, duration = item
-        e = self._entries.get(name)  # type: ignore[arg-type]
+        e = self._entries.get(str(name))
         if e is None or e.running is not run:
             return  # the check was removed or replaced by a reload
         e.running = None

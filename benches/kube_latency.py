@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import queue
 import statistics
 import sys
 import tempfile

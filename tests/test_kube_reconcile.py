@@ -86,7 +86,7 @@ def test_restart_keeps_the_taint_and_sends_no_duplicate_event(fake: FakeApiServe
     again = make_reconciler(fake, str(tmp_path), settings(hysteresis=SLOW), clock=clock)
     again.step(clock())  # woken before the store has published anything: it must not act
     not_run_yet = snapshot([], runs=0)
-    for t in range(5):  # the checks have not run since the restart: state is held
+    for _ in range(5):  # the checks have not run since the restart: state is held
         clock.t += 60
         again.step(clock(), not_run_yet)
     clock.t += 30

@@ -32,7 +32,7 @@ def tainted(fake: FakeApiServer) -> bool:
     ],
 )
 def test_retry_after_is_honoured_for_every_verb(fake: FakeApiServer, tmp_path: Any, method: str, path: str, form: str) -> None:
-    fault = fake.inject(429, method=method, path=path, retry_after=2, form=form)
+    fake.inject(429, method=method, path=path, retry_after=2, form=form)
     act = start_actuator(fake, str(tmp_path), settings())
     try:
         act.offer(snapshot([finding("FakeDiskFull")], runs=1))

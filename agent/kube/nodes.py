@@ -23,7 +23,7 @@ Owns = Callable[[str], bool]  # is this taint key ours to add, change and remove
 
 def rfc3339(wall: float) -> str:
     """metav1.Time: whole seconds."""
-    return dt.datetime.fromtimestamp(wall, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return dt.datetime.fromtimestamp(wall, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def micro_time(wall: float) -> dt.datetime:
@@ -34,7 +34,7 @@ def micro_time(wall: float) -> dt.datetime:
     which drops the fraction when it is zero, so a whole-second time would be
     refused with 400. Never let the microseconds be zero.
     """
-    t = dt.datetime.fromtimestamp(wall, dt.timezone.utc)
+    t = dt.datetime.fromtimestamp(wall, dt.UTC)
     return t if t.microsecond else t.replace(microsecond=1)
 
 

@@ -229,7 +229,7 @@ class Reconciler:
 
     def _write_taints(self, now: float, want: list[DesiredTaint]) -> None:
         assert self.api is not None and self.node is not None
-        for attempt in range(self.cfg.conflict_retries):
+        for _attempt in range(self.cfg.conflict_retries):
             plan = plan_taints(taints_of(self.node), want, self._owns, self.wall())
             if plan is None:
                 return

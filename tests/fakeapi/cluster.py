@@ -81,7 +81,7 @@ class Watcher:
     plural: str
     namespace: str
     name: str | None
-    q: "queue.Queue[tuple[str, Obj] | None]" = field(default_factory=queue.Queue)
+    q: queue.Queue[tuple[str, Obj] | None] = field(default_factory=queue.Queue)
 
     def matches(self, key: Key) -> bool:
         g, p, ns, name = key

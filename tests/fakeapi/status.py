@@ -160,5 +160,5 @@ def event_causes(ev: dict[str, Any], ns: str, new_api: bool) -> list[tuple[str, 
         allowed = ("default", "kube-system") if ev.get("eventTime") else ("default", "")
         if ns not in allowed:
             field = "regarding.namespace" if new_api else "involvedObject.namespace"
-            causes.append((field, f'Invalid value: "": does not match event.namespace'))
+            causes.append((field, 'Invalid value: "": does not match event.namespace'))
     return causes
