@@ -195,14 +195,19 @@ class Daemon:
         old, self.cfg = self.cfg, new
         logging.getLogger().setLevel(new.agent.log_level.upper())
         self.scheduler.configure(build_checks(new, self.state.path, dry_run=self.opts.dry_run))
-        self._stop_sources()
+        # Event sources are restarted only when what they are built from changed:
+        # a SIGHUP must not cancel a preflight burn or re-open the kernel log.
+        restart = (new.checks, new.paths, new.kubernetes) != (old.checks, old.paths, old.kubernetes)
+        if restart:
+            self._stop_sources()
         if new.kubernetes != old.kubernetes:
             self._stop_kube()
             try:
                 self._start_kube()
             except ConfigError as exc:
                 log.error("kubernetes: %s; node state is not synced until the next good reload", exc)
-        self._start_sources()
+        if restart:
+            self._start_sources()
         if new.metrics != old.metrics:
             if self.metrics:
                 self.metrics.stop()

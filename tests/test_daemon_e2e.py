@@ -140,3 +140,39 @@ interval = "1s"
         t0 = time.monotonic()
         code = agent.stop()
     assert code == 0 and time.monotonic() - t0 < 5
+
+
+class CountingSource:
+    name = "counting"
+
+    def __init__(self, log: list[str]) -> None:
+        self.log = log
+
+    def start(self, emit) -> None:  # type: ignore[no-untyped-def]
+        self.log.append("start")
+
+    def stop(self) -> None:
+        self.log.append("stop")
+
+    def known_findings(self) -> list[tuple[str, str]]:
+        return []
+
+
+def test_sighup_restarts_event_sources_only_when_their_config_changed(tmp_path: Path, monkeypatch) -> None:
+    """A reload must not cancel a running preflight burn or re-open the kernel log for nothing."""
+    from agent import daemon
+    from agent.runtime import Overrides, load_config
+
+    events: list[str] = []
+    monkeypatch.setattr(daemon, "build_sources", lambda ctx: [CountingSource(events)])
+    path = tmp_path / "agent.toml"
+    path.write_text(BASE)
+    ov = Overrides(config_path=str(path), state_dir=str(tmp_path / "state"))
+    d = daemon.Daemon(load_config(ov), ov, daemon.RunOptions())
+    d._start_sources()
+    d.reload()  # the same file
+    assert events == ["start"]
+    path.write_text(BASE.replace('interval = "1s"\npaths', 'interval = "2s"\npaths'))
+    d.reload()
+    assert events == ["start", "stop", "start"]
+    d._stop_sources()
