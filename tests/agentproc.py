@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from conftest import NO_HOST_KMSG
 from prometheus_client.parser import text_string_to_metric_families
 
 
@@ -84,6 +85,8 @@ class Agent:
             config = ""
         if "[checks.traffic]" not in config:
             config += NO_TRAFFIC
+        if "[checks.gpu]" not in config:
+            config += NO_HOST_KMSG
         self.config_path.write_text(config)
         self.log_path = tmp / f"agent-{self.port}.log"
         cmd = [*wrap, sys.executable, "-m", "agent", "run", "--listen", f"127.0.0.1:{self.port}",

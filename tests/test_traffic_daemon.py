@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import require_tool
+from conftest import NO_HOST_KMSG as HERMETIC, require_tool
 from traffic_lab import Agent, lab, metric, send
 
 pytestmark = [pytest.mark.privileged, pytest.mark.slow]
@@ -30,7 +30,7 @@ def running(request, tmp_path):
     cfg = tmp_path / "agent.toml"
     cfg.write_text(
         '[agent]\nlog_format = "text"\n'
-        f'[checks.traffic]\nenabled = true\ninterval = "{INTERVAL:g}s"\nbackend = "{request.param}"\n'
+        f'[checks.traffic]\nenabled = true\ninterval = "{INTERVAL:g}s"\nbackend = "{request.param}"\n' + HERMETIC
     )
     with lab() as L:
         agent = Agent(L.node, cfg, tmp_path / "state", log=tmp_path / "agent.log")
@@ -89,7 +89,7 @@ def test_restart_does_not_reset_the_counter(running, recreate: bool) -> None:
 def test_dry_run_and_selftest_change_nothing(tmp_path, backend: str) -> None:
     require_tool(f"iptables-{backend}")
     cfg = tmp_path / "agent.toml"
-    cfg.write_text(f'[checks.traffic]\nenabled = true\nbackend = "{backend}"\n')
+    cfg.write_text(f'[checks.traffic]\nenabled = true\nbackend = "{backend}"\n' + HERMETIC)
     with lab() as L:
         res = L.node.agent("selftest", "--only", "traffic", "--json", "--config", str(cfg), check=False)
         report = json.loads(res.stdout)
@@ -106,7 +106,7 @@ def test_without_net_admin_the_agent_runs_on(tmp_path) -> None:
     require_tool("setpriv")
     drop = ("setpriv", "--inh-caps=-all", "--bounding-set=-net_admin")
     cfg = tmp_path / "agent.toml"
-    cfg.write_text('[agent]\nlog_format = "text"\n[checks.traffic]\nenabled = true\ninterval = "1s"\n')
+    cfg.write_text('[agent]\nlog_format = "text"\n[checks.traffic]\nenabled = true\ninterval = "1s"\n' + HERMETIC)
     with lab() as L:
         report = json.loads(L.node.agent("selftest", "--json", "--config", str(cfg), check=False, prefix=drop).stdout)
         traffic = [f for f in report["findings"] if f["check"] == "traffic"]
