@@ -81,13 +81,7 @@ class Agent:
         self.port = free_port()
         self.base = f"{scheme}://127.0.0.1:{self.port}"
         self.config_path = tmp / "agent.toml"
-        if config is None:
-            config = ""
-        if "[checks.traffic]" not in config:
-            config += NO_TRAFFIC
-        if "[checks.gpu]" not in config:
-            config += NO_HOST_KMSG
-        self.config_path.write_text(config)
+        self.write_config(config or "")
         self.log_path = tmp / f"agent-{self.port}.log"
         cmd = [*wrap, sys.executable, "-m", "agent", "run", "--listen", f"127.0.0.1:{self.port}",
                "--state-dir", str(tmp / "state"), "--log-format", "json", *args]
@@ -98,6 +92,15 @@ class Agent:
         self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, env=full_env)
         self._ctx = ssl._create_unverified_context() if scheme == "https" else None  # noqa: S323 - test certs
+
+    def write_config(self, config: str) -> None:
+        """Write the agent's config file (at start, or before a SIGHUP), keeping the
+        agent off the host's firewall and kernel log unless the test configures them."""
+        if "[checks.traffic]" not in config:
+            config += NO_TRAFFIC
+        if "[checks.gpu]" not in config:
+            config += NO_HOST_KMSG
+        self.config_path.write_text(config)
 
     def get(self, path: str, headers: dict[str, str] | None = None) -> tuple[int, bytes]:
         req = urllib.request.Request(self.base + path, headers=headers or {})

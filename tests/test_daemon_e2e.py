@@ -10,18 +10,13 @@ from pathlib import Path
 import pytest
 from agentproc import Agent, NotifySocket, wait_for
 
-# Agents under test run in the host's network namespace: keep them off its firewall.
-NO_TRAFFIC = """
-[checks.traffic]
-enabled = false
-"""
 BASE = """
 [checks.disk]
 interval = "1s"
 paths = ["/"]
 [checks.network]
 interval = "1s"
-""" + NO_TRAFFIC
+"""
 
 
 @pytest.fixture
@@ -59,7 +54,7 @@ def test_sighup_with_a_broken_config_keeps_the_running_one(tmp_path: Path) -> No
     agent = Agent(tmp_path, BASE)
     try:
         agent.wait_ready()
-        agent.config_path.write_text('[checks.disk]\ninterval = "soon"\n')
+        agent.write_config('[checks.disk]\ninterval = "soon"\n')
         agent.signal(signal.SIGHUP)
         wait_for(lambda: agent.value("node_health_config_reloads_total", result="failure") == 1, what="failed reload")
         assert agent.value("node_health_config_last_reload_successful") == 0
@@ -70,7 +65,7 @@ def test_sighup_with_a_broken_config_keeps_the_running_one(tmp_path: Path) -> No
         wait_for(lambda: (agent.value("node_health_check_runs_total", check="disk") or 0) > runs + 1,
                  what="disk check still running on the old config")
         # A good file is picked up by the next SIGHUP.
-        agent.config_path.write_text(BASE.replace('interval = "1s"\npaths', 'interval = "2s"\npaths'))
+        agent.write_config(BASE.replace('interval = "1s"\npaths', 'interval = "2s"\npaths'))
         agent.signal(signal.SIGHUP)
         wait_for(lambda: agent.value("node_health_config_reloads_total", result="success") == 1, what="reload")
         assert agent.value("node_health_config_last_reload_successful") == 1
@@ -79,7 +74,7 @@ def test_sighup_with_a_broken_config_keeps_the_running_one(tmp_path: Path) -> No
 
 
 def test_bad_flag_and_bad_config_exit_2_without_traceback(tmp_path: Path) -> None:
-    agent = Agent(tmp_path, "[checks.disk]\nenabled = 3\n" + NO_TRAFFIC)
+    agent = Agent(tmp_path, "[checks.disk]\nenabled = 3\n")
     assert agent.proc.wait(30) == 2
     agent.stop()
     out = agent.logs()
@@ -117,7 +112,7 @@ paths = ["{dead}"]
 include_state_dir = false
 [checks.network]
 interval = "1s"
-""" + NO_TRAFFIC
+"""
     agent = Agent(tmp_path, cfg, wrap=mount_ns.cmd([]))
     try:
         agent.wait_ready()

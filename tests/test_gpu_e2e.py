@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -14,16 +13,11 @@ import urllib.request
 from collections.abc import Callable, Iterator
 
 import pytest
+from agentproc import free_port
 from fakenvml import h100
 from fakenvml.fixtures import *  # noqa: F403 - fixtures
 
 pytestmark = pytest.mark.slow
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Agent:

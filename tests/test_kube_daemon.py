@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -13,16 +12,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from agentproc import free_port
 
 from agent import catalog
 from fakeapi import FakeApiServer
 from kube_support import NODE, PREFIX, fake, wait_for  # noqa: F401 - fixture
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture

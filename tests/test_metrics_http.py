@@ -66,8 +66,6 @@ cert_file = "{cert}"
 key_file = "{key}"
 [metrics.basic_auth_users]
 prometheus = "{hashed}"
-[checks.traffic]
-enabled = false
 """
     agent = Agent(tmp_path, cfg, scheme="https")
     try:
