@@ -73,3 +73,32 @@ def test_builtin_backend_without_a_driver_leaves_gpus_unknown() -> None:
     report = run_burn(BuiltinBackend(), gpus(2), BurnPlan(seconds=1, hang_timeout=60), NoWatch("test"), Thresholds())
     assert report.status == "unknown", report
     assert all(g.status == "unknown" and g.notes[0].startswith("not tested: ") for g in report.gpus)
+
+
+@pytest.mark.parametrize("layout", ["nvidia/cu13/lib/libcublas.so.13", "nvidia/cublas/lib/libcublas.so.12"])
+def test_cublas_is_found_in_either_wheel_layout_without_loading_it(
+    layout: str, tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """CUDA 12's wheel (nvidia-cublas-cu12) and CUDA 13's (nvidia-cublas, as
+    PyTorch cu13x installs it) put libcublas in different folders."""
+    import site
+
+    monkeypatch.delenv(cublas.ENV, raising=False)
+    monkeypatch.setenv("CUDA_HOME", str(tmp_path / "no-toolkit"))
+    monkeypatch.setattr(site, "getsitepackages", lambda: [str(tmp_path)])
+    monkeypatch.setattr(site, "getusersitepackages", lambda: str(tmp_path / "user"))
+    monkeypatch.setattr("sysconfig.get_paths", lambda: {"purelib": str(tmp_path)})
+    monkeypatch.setattr("ctypes.util.find_library", lambda name: None)
+    assert not cublas.installed()
+    (tmp_path / layout).parent.mkdir(parents=True)
+    (tmp_path / layout).write_bytes(b"\x7fELF")
+    assert cublas.installed()
+
+
+def test_cublas_named_by_the_environment(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(cublas.ENV, str(tmp_path / "libcublas.so.12"))
+    assert not cublas.installed()
+    with pytest.raises(cublas.CublasError, match="cannot load cuBLAS from NODE_HEALTH_AGENT_CUBLAS="):
+        cublas.load_library()
+    (tmp_path / "libcublas.so.12").write_bytes(b"")
+    assert cublas.installed()

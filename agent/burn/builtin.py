@@ -8,7 +8,6 @@ is read line by line by a reader thread. Nothing here blocks on a worker.
 
 from __future__ import annotations
 
-import ctypes.util
 import importlib.util
 import json
 import os
@@ -17,6 +16,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from . import cublas
 from .backend import BackendError
 from .model import BurnPlan, Fault, GpuInfo, GpuOutcome, Problem
 from .proc import Process
@@ -97,10 +97,6 @@ def outcome_from_event(index: int, ev: Mapping[str, Any]) -> GpuOutcome:
     )
 
 
-def _has_cublas() -> bool:
-    return importlib.util.find_spec("nvidia.cublas") is not None or ctypes.util.find_library("cublas") is not None
-
-
 class BuiltinBackend:
     name = "builtin"
 
@@ -110,7 +106,7 @@ class BuiltinBackend:
     def unavailable(self) -> str | None:
         if importlib.util.find_spec("cuda") is None or importlib.util.find_spec("cuda.bindings") is None:
             return "cuda-bindings is not installed (pip install node-health-agent[gpu])"
-        if not _has_cublas():
+        if not cublas.installed():
             return "cuBLAS is not installed (pip install node-health-agent[gpu])"
         return None
 

@@ -1,6 +1,8 @@
-"""cuBLAS through ctypes, from the nvidia-cublas wheel (found by
-cuda.pathfinder, which also loads its libcublasLt dependency): only the few
-calls the burn makes, no PyTorch.
+"""cuBLAS through ctypes, from the nvidia-cublas wheel (CUDA 12's
+nvidia/cublas/lib or CUDA 13's nvidia/cu13/lib, found by cuda.pathfinder,
+which also loads its libcublasLt dependency), else a CUDA toolkit on the
+system: only the few calls the burn makes, no PyTorch.
+NODE_HEALTH_AGENT_CUBLAS names the library file instead.
 
 The GEMM is BF16 × BF16 with FP32 accumulation and FP32 output: the tensor
 cores at full rate, and an output whose every bit is checked.
@@ -9,6 +11,8 @@ cores at full rate, and an output whose every bit is checked.
 from __future__ import annotations
 
 import ctypes
+import ctypes.util
+import os
 
 CUBLAS_OP_N = 0
 CUDA_R_32F = 0
@@ -18,12 +22,38 @@ CUBLAS_GEMM_DEFAULT = -1
 PROPERTIES = {"major": 0, "minor": 1, "patch": 2}  # libraryPropertyType
 
 
+ENV = "NODE_HEALTH_AGENT_CUBLAS"
+# where the wheels put it, below a site-packages directory (cuda.pathfinder's list)
+WHEEL_DIRS = ("nvidia/cu13/lib", "nvidia/cublas/lib")
+SONAMES = ("libcublas.so.13", "libcublas.so.12")
+
+
 class CublasError(Exception):
     pass
 
 
+def installed() -> bool:
+    """Whether a cuBLAS can be found, without loading it (the agent itself
+    never maps CUDA libraries; the burn worker loads it)."""
+    import site
+    import sysconfig
+
+    if os.environ.get(ENV):
+        return os.path.isfile(os.environ[ENV])
+    roots = [*site.getsitepackages(), site.getusersitepackages(), sysconfig.get_paths()["purelib"]]
+    cuda_home = os.environ.get("CUDA_PATH") or os.environ.get("CUDA_HOME") or "/usr/local/cuda"
+    candidates = [os.path.join(r, d, so) for r in roots for d in WHEEL_DIRS for so in SONAMES]
+    candidates += [os.path.join(cuda_home, d, so) for d in ("lib64", "lib") for so in SONAMES]
+    return any(os.path.isfile(c) for c in candidates) or ctypes.util.find_library("cublas") is not None
+
+
 def load_library() -> ctypes.CDLL:
-    """libcublas from the wheel (or a CUDA install). Raises CublasError."""
+    """libcublas from NODE_HEALTH_AGENT_CUBLAS, the wheel or a CUDA install. Raises CublasError."""
+    if os.environ.get(ENV):
+        try:
+            return ctypes.CDLL(os.environ[ENV])
+        except OSError as exc:
+            raise CublasError(f"cannot load cuBLAS from {ENV}={os.environ[ENV]}: {exc}") from None
     try:
         from cuda.pathfinder import load_nvidia_dynamic_lib  # type: ignore[import-untyped]
 

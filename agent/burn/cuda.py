@@ -26,18 +26,21 @@ class Device:
         from cuda.bindings import driver as cu  # type: ignore[import-untyped]
 
         self.cu = cu
+        self._allocs: set[int] = set()
+        self.failed: CudaError | None = None  # the first error: after it, the context may be unusable
         self.check(cu.cuInit(0), "cuInit")
         self.dev = self.check(cu.cuDeviceGet(ordinal), "cuDeviceGet")
         self.ctx = self.check(cu.cuDevicePrimaryCtxRetain(self.dev), "cuDevicePrimaryCtxRetain")
         self.check(cu.cuCtxSetCurrent(self.ctx), "cuCtxSetCurrent")
         self.stream = self.check(cu.cuStreamCreate(cu.CUstream_flags.CU_STREAM_NON_BLOCKING), "cuStreamCreate")
-        self._allocs: set[int] = set()
 
     def check(self, result: Any, call: str) -> Any:
         err, *values = result if isinstance(result, tuple) else (result,)
         if err != self.cu.CUresult.CUDA_SUCCESS:
             _, name = self.cu.cuGetErrorName(err)
-            raise CudaError(call, name.decode() if isinstance(name, bytes) else str(err))
+            exc = CudaError(call, name.decode() if isinstance(name, bytes) else str(err))
+            self.failed = self.failed or exc
+            raise exc
         return values[0] if len(values) == 1 else tuple(values)
 
     # ------------------------------------------------------------ facts
@@ -69,8 +72,15 @@ class Device:
         return ptr
 
     def free(self, ptr: int) -> None:
+        """Free `ptr`; after an earlier error (a sticky one fails every call)
+        a failure here is not news, and must not hide the first one."""
         self._allocs.discard(ptr)
-        self.check(self.cu.cuMemFree(ptr), "cuMemFree")
+        failed = self.failed
+        try:
+            self.check(self.cu.cuMemFree(ptr), "cuMemFree")
+        except CudaError:
+            if failed is None:
+                raise
 
     def fill_u32(self, ptr: int, value: int, count: int) -> None:
         self.check(self.cu.cuMemsetD32Async(ptr, value, count, self.stream), "cuMemsetD32Async")

@@ -46,9 +46,14 @@ class Result:
 class Burn:
     def __init__(self, dev: Device, blas: Any, emit: Emit) -> None:
         self.dev, self.blas, self.emit = dev, blas, emit
+        self.phase = "setup"
         self.fn = dev.load(kernels.compile_cubin(*dev.capability()), kernels.NAMES)
         self.blocks = dev.attribute("MULTIPROCESSOR_COUNT") * 8
         self.result = Result()
+
+    def _enter(self, phase: str) -> None:
+        self.phase = phase
+        self.emit({"event": "phase", "phase": phase})
 
     def _launch(self, name: str, *args: tuple[type, int], blocks: int | None = None) -> None:
         self.dev.launch(self.fn[name], blocks or self.blocks, THREADS, args)
@@ -56,6 +61,7 @@ class Burn:
     # ------------------------------------------------------------ GEMM
 
     def gemm(self, n: int, seconds: float) -> None:
+        self._enter("gemm")
         dev = self.dev
         a, b, c = dev.alloc(2 * n * n), dev.alloc(2 * n * n), dev.alloc(4 * n * n)
         counters = dev.alloc(8 * 4)  # reference digest, current digest, mismatches, non-finite
@@ -63,7 +69,6 @@ class Burn:
             dev.fill_u32(counters, 0, 8)
             self._launch("nha_fill_bf16", ptr(a), u64(n * n), u64(SEED_A))
             self._launch("nha_fill_bf16", ptr(b), u64(n * n), u64(SEED_B))
-            self.emit({"event": "phase", "phase": "gemm"})
             t0 = time.monotonic()
             self.blas.gemm_bf16(n, a, b, c)
             self._launch("nha_digest_f32", ptr(c), u64(n * n), ptr(counters), ptr(counters + 24))
@@ -104,13 +109,13 @@ class Burn:
     # ------------------------------------------------------------ memory
 
     def memory(self, fraction: float, seconds: float) -> None:
+        self._enter("memory")
         dev = self.dev
         counters = dev.alloc(16)  # errors, first bad word
         chunks = self._alloc_chunks(int(dev.mem_info()[0] * fraction))
         try:
             dev.fill_u32(counters, 0, 2)
             dev.fill_u32(counters + 8, 0xFFFFFFFF, 2)
-            self.emit({"event": "phase", "phase": "memory"})
             total = sum(size for _, size in chunks)
             t0, passes = time.monotonic(), 0
             while passes == 0 or time.monotonic() < t0 + seconds:
@@ -127,7 +132,7 @@ class Burn:
         self.result.memory_errors = errors
         self.result.first_bad_word = first_bad if errors else None
         self.result.memory_bandwidth = 2.0 * total * passes / elapsed
-        self.result.notes.append(f"memory test: {total / 2**30:.1f} GiB, {passes} passes")
+        self.result.notes.append(f"memory test: {_size(total)}, {passes} passes")
 
     def _alloc_chunks(self, target: int) -> list[tuple[int, int]]:
         chunks: list[tuple[int, int]] = []
@@ -164,6 +169,10 @@ class Burn:
                 ptr(counters + 8),
             )
             base += size // 8
+
+
+def _size(nbytes: int) -> str:
+    return f"{nbytes / 2**30:.1f} GiB" if nbytes >= 2**30 else f"{nbytes / 2**20:.1f} MiB"
 
 
 def _f32(raw: bytes) -> float:

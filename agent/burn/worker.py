@@ -72,7 +72,8 @@ def run(args: argparse.Namespace) -> int:
         burn.gemm(args.matrix_size, args.seconds * (1 - args.memory_time_share))
         burn.memory(args.memory_fraction, args.seconds * args.memory_time_share)
     except CudaError as exc:
-        problems.append({"fault": Fault.CUDA_ERROR.value, "message": str(exc)})
+        phase = burn.phase if burn else "setup"
+        problems.append({"fault": Fault.CUDA_ERROR.value, "message": f"{exc} (in the {phase} phase)"})
         group = ""
     except Exception as exc:  # noqa: BLE001 - reported to the parent, which decides
         reason = _unavailable_reason(exc)
