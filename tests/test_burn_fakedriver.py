@@ -91,8 +91,10 @@ def test_one_flipped_bit_in_one_gemm_is_a_compute_mismatch(libs: str) -> None:
 
 def test_a_gpu_that_is_consistently_wrong_is_caught_by_the_host_reference(libs: str) -> None:
     r = burn_one(libs, "wrong")
-    messages = [p["message"] for p in r["problems"]]
-    assert r["compute_errors"] == 8 and all("the host computes" in m for m in messages), messages
+    assert r["compute_errors"] == 8 and [p["fault"] for p in r["problems"]] == [Fault.COMPUTE_MISMATCH]
+    message = r["problems"][0]["message"]
+    assert message.startswith("8 of 8 sampled GEMM results differ from the host's reference: C[")
+    assert message.endswith("(and 7 more)") and "the host computes" in message
 
 
 def test_a_stuck_memory_bit_is_found_and_located(libs: str) -> None:

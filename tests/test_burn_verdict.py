@@ -59,6 +59,18 @@ def _o(i: int, digest: str = "aa", group: str = "g", flops: float | None = 700 *
         pytest.param([_o(0), _o(1), _o(2, "bb")], {2}, id="the odd one out fails"),
         pytest.param([_o(0), _o(1, "bb")], {0, 1}, id="a tie of two: both fail, we cannot tell which is wrong"),
         pytest.param([_o(0), _o(1), _o(2, "bb"), _o(3, "bb")], {0, 1, 2, 3}, id="two against two"),
+        pytest.param([_o(0), _o(1, "bb", compute_errors=3)], {1}, id="a tie broken: one GPU's own checks failed"),
+        pytest.param(
+            [_o(0), _o(1, "bb", problems=(Problem(Fault.COMPUTE_MISMATCH, "C[1,2] = 9, the host computes 8"),))],
+            {1},
+            id="a tie broken by the host reference",
+        ),
+        pytest.param(
+            [_o(0, compute_errors=1), _o(1, "bb", compute_errors=1)], {0, 1}, id="both convicted: both fail"
+        ),
+        pytest.param(
+            [_o(0), _o(1), _o(2, "bb"), _o(3, "bb", compute_errors=1)], {2, 3}, id="the convicted do not vote"
+        ),
         pytest.param([_o(0), _o(1, "bb", group="other model")], set(), id="different groups are not compared"),
         pytest.param([_o(0), _o(1, "")], set(), id="no digest (the GEMM did not run) is not compared"),
         pytest.param([_o(0)], set(), id="one GPU"),

@@ -14,7 +14,6 @@ from typing import Any
 import pytest
 from agentproc import free_port
 
-from agent import catalog
 from fakeapi import FakeApiServer
 from kube_support import NODE, PREFIX, fake, wait_for  # noqa: F401 - fixture
 
@@ -128,10 +127,6 @@ def full_disk_ns(tmp_path: Any) -> Iterator[tuple[str, int]]:
 
 
 @pytest.mark.privileged
-@pytest.mark.skipif(
-    "DiskFull" not in catalog.reasons(),
-    reason="LEAD: enable once the disk check lands on this branch (it declares DiskFull); written against docs/disk.md",
-)
 def test_a_disk_filling_up_taints_the_node_and_a_killed_agent_keeps_it(
         fake: FakeApiServer, agent_run: Any, tmp_path: Any, full_disk_ns: tuple[str, int]) -> None:
     """A tmpfs fills up → the real disk check reports DiskFull → taint, condition, event; the agent is

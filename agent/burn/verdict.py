@@ -5,9 +5,11 @@ Cross-GPU checks live here, because only here are all GPUs known at once:
 - digests: cuBLAS gives bitwise-identical results for the same inputs "on
   GPUs with the same architecture and the same number of SMs" while one
   stream is active (https://docs.nvidia.com/cuda/cublas/#results-reproducibility),
-  so GPUs are compared within a group (model, SM count, matrix size); the
-  majority digest is the reference, a GPU that differs fails, and a tie fails
-  every GPU in it (we cannot tell which one computed wrong);
+  so GPUs are compared within a group (model, SM count, matrix size). Only
+  GPUs that passed their own checks (no iteration mismatch, host reference
+  matched) vote: the majority digest among them is the reference and a GPU
+  that differs fails; a tie fails every GPU in it (we cannot tell which one
+  computed wrong);
 - stragglers: a GPU below `straggler_fraction` of the median of its group
   (same model) fails as slow; a single GPU has no peers to be compared with;
 - expected figures per model, where configured, are floors.
@@ -62,10 +64,12 @@ def digest_outliers(outcomes: Iterable[GpuOutcome]) -> dict[int, str]:
             groups.setdefault(o.group, []).append(o)
     out: dict[int, str] = {}
     for members in groups.values():
-        counts = Counter(o.digest for o in members)
-        if len(counts) < 2:
+        if len({o.digest for o in members}) < 2:
             continue
-        ranked = counts.most_common()
+        # A GPU already convicted by its own checks has an untrustworthy digest:
+        # it does not vote (so one good GPU beside one bad one is not a tie).
+        voters = [o for o in members if not _own_compute_fault(o)] or members
+        ranked = Counter(o.digest for o in voters).most_common()
         top = ranked[0][1]
         winners = [d for d, n in ranked if n == top]
         for o in members:
@@ -77,6 +81,10 @@ def digest_outliers(outcomes: Iterable[GpuOutcome]) -> dict[int, str]:
                 "given the same inputs"
             )
     return out
+
+
+def _own_compute_fault(o: GpuOutcome) -> bool:
+    return o.compute_errors > 0 or any(p.fault is Fault.COMPUTE_MISMATCH for p in o.problems)
 
 
 def _slow(gpus: Mapping[int, GpuInfo], outcomes: Mapping[int, GpuOutcome], th: Thresholds) -> dict[int, list[Problem]]:
