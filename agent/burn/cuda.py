@@ -2,8 +2,9 @@
 for the burn worker process only: the agent itself never initialises CUDA.
 
 The worker sees exactly one device (the parent sets CUDA_VISIBLE_DEVICES to
-the GPU's UUID), uses its primary context (the one cuBLAS uses too) and one
-non-blocking stream, so every GEMM and kernel runs in order on that stream.
+the GPU's UUID), uses its primary context (the one cuBLAS uses too), set to
+block rather than spin while it waits, and one non-blocking stream, so every
+GEMM and kernel runs in order on that stream.
 """
 
 from __future__ import annotations
@@ -30,6 +31,12 @@ class Device:
         self.failed: CudaError | None = None  # the first error: after it, the context may be unusable
         self.check(cu.cuInit(0), "cuInit")
         self.dev = self.check(cu.cuDeviceGet(ordinal), "cuDeviceGet")
+        # Block on an interrupt in cuStreamSynchronize instead of spinning: a
+        # worker per GPU would otherwise keep a CPU core busy for the whole
+        # burn, on a node that has just booted (and, in the DaemonSet, under
+        # a CPU limit whose throttling would leave the GPU waiting for work).
+        # Best effort: the default (spin or yield) only costs CPU.
+        cu.cuDevicePrimaryCtxSetFlags(self.dev, cu.CUctx_flags.CU_CTX_SCHED_BLOCKING_SYNC)
         self.ctx = self.check(cu.cuDevicePrimaryCtxRetain(self.dev), "cuDevicePrimaryCtxRetain")
         self.check(cu.cuCtxSetCurrent(self.ctx), "cuCtxSetCurrent")
         self.stream = self.check(cu.cuStreamCreate(cu.CUstream_flags.CU_STREAM_NON_BLOCKING), "cuStreamCreate")

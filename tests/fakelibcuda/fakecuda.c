@@ -17,6 +17,7 @@
  *   FAKECUDA_MEMORY       bytes of "device memory" (64 MiB)
  *   FAKECUDA_SMS          multiprocessors (132); compute capability is 9.0
  *   FAKECUDA_GEMM_MS      milliseconds one GEMM takes, beside the CPU work (0)
+ *   FAKECUDA_REQUIRE_FLAGS the primary context's flags must be these
  *   FAKECUDA_FAULTS       ID=FAULT[,ID=FAULT...]: ID is the value of
  *                         CUDA_VISIBLE_DEVICES (or * for any), FAULT one of
  *       flip:K            the K-th GEMM's output has one bit flipped
@@ -258,12 +259,25 @@ CUresult cuDeviceGetAttribute(int *value, int attribute, CUdevice dev) {
 /* ------------------------------------------------------------- context, stream */
 
 static int primary_refs;
+static unsigned primary_flags;
 static char primary_context, the_stream;
+
+/* The worker asks for CU_CTX_SCHED_BLOCKING_SYNC (4); FAKECUDA_REQUIRE_FLAGS
+   makes a context retained with other flags fail, so a test can tell. */
+CUresult cuDevicePrimaryCtxSetFlags(CUdevice dev, unsigned int flags) {
+    READY();
+    DEVICE(dev);
+    if (flags & ~0x1Fu) return INVALID_VALUE;
+    primary_flags = flags;
+    return OK;
+}
 
 CUresult cuDevicePrimaryCtxRetain(void **ctx, CUdevice dev) {
     READY();
     DEVICE(dev);
     if (!ctx) return INVALID_VALUE;
+    const char *want = getenv("FAKECUDA_REQUIRE_FLAGS");
+    if (want && *want && strtoul(want, NULL, 0) != primary_flags) return INVALID_VALUE;
     primary_refs++;
     *ctx = &primary_context;
     return OK;
@@ -516,6 +530,7 @@ static const struct {
     ENTRY(cuInit),          ENTRY(cuDriverGetVersion),     ENTRY(cuGetErrorName),       ENTRY(cuGetErrorString),
     ENTRY(cuDeviceGetCount), ENTRY(cuDeviceGet),           ENTRY(cuDeviceGetName),      ENTRY(cuDeviceGetPCIBusId),
     ENTRY(cuDeviceGetAttribute), ENTRY(cuDevicePrimaryCtxRetain), ENTRY(cuDevicePrimaryCtxRelease),
+    ENTRY(cuDevicePrimaryCtxSetFlags),
     ENTRY(cuCtxSetCurrent), ENTRY(cuStreamCreate),         ENTRY(cuStreamDestroy),      ENTRY(cuStreamSynchronize),
     ENTRY(cuMemGetInfo),    ENTRY(cuMemAlloc),             ENTRY(cuMemFree),            ENTRY(cuMemsetD32Async),
     ENTRY(cuMemcpyDtoH),    ENTRY(cuModuleLoadData),       ENTRY(cuModuleGetFunction),  ENTRY(cuLaunchKernel),
