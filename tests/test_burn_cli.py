@@ -110,3 +110,30 @@ def test_no_gpu_host_passes_as_a_real_process(tmp_path: Path) -> None:
     assert res.returncode == 0, res.stderr
     doc = json.loads(res.stdout)
     assert doc["status"] == "pass" and doc["no_gpu"] and doc["gpus"] == []
+
+
+def test_the_table_shows_power_clock_and_temperature_from_nvml() -> None:
+    import io
+
+    from agent.burn.command import render
+    from agent.burn.model import BurnReport, Fault, GpuVerdict, Problem, Telemetry
+
+    seen = Telemetry(power_watts_mean=688.4, sm_clock_hz_mean=1.98e9, temperature_max_c=71.0, samples=60)
+    report = BurnReport(
+        "builtin",
+        0.0,
+        61.0,
+        (
+            GpuVerdict(0, "pass", "NVIDIA H100 80GB HBM3", gemm_flops=756e12, memory_bandwidth=2.9e12, telemetry=seen),
+            GpuVerdict(1, "fail", "NVIDIA H100 80GB HBM3", problems=(Problem(Fault.TIMEOUT, "hung"),)),
+        ),
+    )
+    out = io.StringIO()
+    render(report, out)
+    head, gpu0, gpu1, _, last = out.getvalue().splitlines()
+    assert head.split() == [
+        "GPU", "MODEL", "RESULT", "TFLOP/S", "MEM", "GB/S", "POWER", "W", "SM", "MHZ", "MAX", "C", "ERRORS", "DETAIL",
+    ]  # fmt: skip
+    assert gpu0.split()[5:12] == ["PASS", "756.0", "2900.0", "688.4", "1980", "71.0", "0"]
+    assert gpu1.split()[5:12] == ["FAIL", "-", "-", "-", "-", "-", "0"] and gpu1.endswith("timeout: hung")
+    assert last == "burn: fail (builtin, 61s)"

@@ -111,8 +111,10 @@ def _detail(g: GpuVerdict) -> str:
 
 
 def render(report: BurnReport, out: TextIO) -> None:
-    rows = [("GPU", "MODEL", "RESULT", "TFLOP/S", "MEM GB/S", "ERRORS", "DETAIL")]
+    head = ("GPU", "MODEL", "RESULT", "TFLOP/S", "MEM GB/S", "POWER W", "SM MHZ", "MAX C", "ERRORS")
+    rows = [(*head, "DETAIL")]
     for g in report.gpus:
+        t = g.telemetry
         rows.append(
             (
                 str(g.index),
@@ -120,13 +122,16 @@ def render(report: BurnReport, out: TextIO) -> None:
                 g.status.upper(),
                 _fmt(g.gemm_flops, 1e12),
                 _fmt(g.memory_bandwidth, 1e9),
+                _fmt(t.power_watts_mean, 1),
+                _fmt(t.sm_clock_hz_mean, 1e6).removesuffix(".0"),
+                _fmt(t.temperature_max_c, 1),
                 str(g.compute_errors + g.memory_errors),
                 _detail(g),
             )
         )
     if len(rows) > 1:
-        widths = [max(len(r[i]) for r in rows) for i in range(6)]
-        out.writelines("  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[6] + "\n" for r in rows)
+        widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
+        out.writelines("  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[-1] + "\n" for r in rows)
         out.write("\n")
     why = report.error or report.unavailable or report.note
     out.write(f"burn: {report.status} ({report.backend}, {report.duration:.0f}s)" + (f": {why}" if why else "") + "\n")
