@@ -188,3 +188,34 @@ def test_agent_burn_json_on_the_fake_driver(
     assert code == 0, doc
     assert doc["status"] == "pass" and [g["status"] for g in doc["gpus"]] == ["pass", "pass"]
     assert all(g["gemm_flops"] > 0 and g["memory_bandwidth"] > 0 for g in doc["gpus"])
+
+
+@pytest.mark.parametrize(
+    ("cc", "what"),
+    [
+        pytest.param("8.0", "cubin", id="A100: a cubin for sm_80"),
+        pytest.param("13.0", "ptx", id="a GPU newer than the NVRTC: PTX the driver compiles"),
+    ],
+)
+def test_the_kernels_load_on_the_gpus_architecture(libs: str, cc: str, what: str) -> None:
+    """The fake driver refuses a cubin built for another major architecture
+    and PTX for a newer one, as the real driver does."""
+    r = burn_one(libs, cc=cc, seconds=0.3)
+    assert r["problems"] == [] and r["iterations"] >= 1, r
+
+
+def test_a_gpu_older_than_every_architecture_nvrtc_knows_is_not_tested(libs: str) -> None:
+    events = worker(libs, "run", "--seconds", "1", "--matrix-size", str(N), "--memory-fraction", "0.5",
+                    "--memory-time-share", "0.3", cc="3.5")  # fmt: skip
+    assert events[-1]["event"] == "error" and "this NVRTC cannot compile for sm_35" in events[-1]["message"]
+
+
+def test_the_fake_driver_refuses_a_cubin_the_gpu_cannot_run(libs: str) -> None:
+    code = (
+        "from cuda.bindings import driver as cu; from agent.burn import kernels; cu.cuInit(0);"
+        "_, d = cu.cuDeviceGet(0); _, c = cu.cuDevicePrimaryCtxRetain(d); cu.cuCtxSetCurrent(c);"
+        "print(*(cu.cuModuleLoadData(kernels.compile_cubin(*a))[0].name for a in ((9, 0), (8, 9), (8, 0))))"
+    )
+    env = dict(os.environ, **fakelibcuda.env(libs), FAKECUDA_CC="8.6")
+    res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60, check=True)
+    assert res.stdout.split() == ["CUDA_ERROR_INVALID_IMAGE", "CUDA_ERROR_INVALID_IMAGE", "CUDA_SUCCESS"]

@@ -47,7 +47,7 @@ class Burn:
     def __init__(self, dev: Device, blas: Any, emit: Emit) -> None:
         self.dev, self.blas, self.emit = dev, blas, emit
         self.phase = "setup"
-        self.fn = dev.load(kernels.compile_cubin(*dev.capability()), kernels.NAMES)
+        self.fn = dev.load(kernels.compile_module(*dev.capability()), kernels.NAMES)
         self.blocks = dev.attribute("MULTIPROCESSOR_COUNT") * 8
         self.result = Result()
 

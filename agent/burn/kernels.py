@@ -1,7 +1,8 @@
 """CUDA C for the built-in burn, compiled at run time with NVRTC.
 
 The kernels are compiled to a cubin for the GPU's own architecture
-(`sm_XY`), not to PTX: a cubin from a newer CUDA 12 toolkit loads on any
+(`sm_XY`), not to PTX (except for a GPU newer than the NVRTC: see
+`compile_module`): a cubin from a newer CUDA 12 toolkit loads on any
 CUDA 12 driver (minor version compatibility), whereas PTX from NVRTC 12.9
 needs a driver that can JIT PTX 8.8 (CUDA_ERROR_UNSUPPORTED_PTX_VERSION on
 older ones). https://docs.nvidia.com/deploy/cuda-compatibility/#minor-version-compatibility
@@ -12,6 +13,8 @@ host C compiler and hold it equal to the Python twins in `agent.burn.reference`
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 HELPERS = r"""
 typedef unsigned long long nha_u64;
@@ -122,9 +125,37 @@ class CompileError(Exception):
     pass
 
 
+def compile_module(major: int, minor: int) -> bytes:
+    """An image cuModuleLoadData takes for compute capability `major.minor`:
+    a cubin where this NVRTC knows the architecture, else PTX for the newest
+    one it knows below it, which the driver compiles for the GPU (a GPU newer
+    than the NVRTC wheel; its driver is new enough for that PTX). Raises
+    CompileError, also for a GPU older than every architecture NVRTC knows."""
+    from cuda.bindings import nvrtc  # type: ignore[import-untyped]
+
+    err, archs = nvrtc.nvrtcGetSupportedArchs()
+    want = 10 * major + minor
+    if err != nvrtc.nvrtcResult.NVRTC_SUCCESS or want in archs:
+        return compile_cubin(major, minor)
+    older = [a for a in archs if a <= want]
+    if not older:
+        raise CompileError(
+            f"this NVRTC cannot compile for sm_{want} (it knows sm_{min(archs)} to sm_{max(archs)}); "
+            "install an NVRTC that supports this GPU"
+        )
+    ptx = _compile(f"compute_{max(older)}", nvrtc.nvrtcGetPTXSize, nvrtc.nvrtcGetPTX)
+    return ptx if ptx.endswith(b"\0") else ptx + b"\0"
+
+
 def compile_cubin(major: int, minor: int) -> bytes:
     """The kernels as a cubin for compute capability `major.minor`. Raises CompileError."""
-    from cuda.bindings import nvrtc  # type: ignore[import-untyped]
+    from cuda.bindings import nvrtc
+
+    return _compile(f"sm_{major}{minor}", nvrtc.nvrtcGetCUBINSize, nvrtc.nvrtcGetCUBIN)
+
+
+def _compile(arch: str, get_size: Any, get: Any) -> bytes:
+    from cuda.bindings import nvrtc
 
     def check(result: tuple[object, ...], what: str) -> tuple[object, ...]:
         if result[0] != nvrtc.nvrtcResult.NVRTC_SUCCESS:
@@ -133,19 +164,18 @@ def compile_cubin(major: int, minor: int) -> bytes:
 
     _, prog = check(nvrtc.nvrtcCreateProgram(SOURCE.encode(), b"nha_burn.cu", 0, [], []), "nvrtcCreateProgram")
     try:
-        opts = [f"--gpu-architecture=sm_{major}{minor}".encode(), b"-std=c++17"]
+        opts = [f"--gpu-architecture={arch}".encode(), b"-std=c++17"]
         (err,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
         if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
             _, size = nvrtc.nvrtcGetProgramLogSize(prog)
             log = b" " * size
             nvrtc.nvrtcGetProgramLog(prog, log)
             raise CompileError(
-                f"NVRTC could not compile the burn kernels for sm_{major}{minor}: "
-                f"{log.decode(errors='replace').strip()}"
+                f"NVRTC could not compile the burn kernels for {arch}: {log.decode(errors='replace').strip()}"
             )
-        _, size = check(nvrtc.nvrtcGetCUBINSize(prog), "nvrtcGetCUBINSize")
-        cubin = b" " * size  # type: ignore[operator]
-        check(nvrtc.nvrtcGetCUBIN(prog, cubin), "nvrtcGetCUBIN")
-        return cubin
+        _, size = check(get_size(prog), get_size.__name__)
+        image = b" " * size  # type: ignore[operator]
+        check(get(prog, image), get.__name__)
+        return image
     finally:
         nvrtc.nvrtcDestroyProgram(prog)

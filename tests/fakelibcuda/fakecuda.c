@@ -15,7 +15,8 @@
  *                         the first entry of another shape ends the list
  *   FAKECUDA_DEVICES      devices when CUDA_VISIBLE_DEVICES is unset (1)
  *   FAKECUDA_MEMORY       bytes of "device memory" (64 MiB)
- *   FAKECUDA_SMS          multiprocessors (132); compute capability is 9.0
+ *   FAKECUDA_SMS          multiprocessors (132)
+ *   FAKECUDA_CC           compute capability, as "9.0" (the default)
  *   FAKECUDA_GEMM_MS      milliseconds one GEMM takes, beside the CPU work (0)
  *   FAKECUDA_REQUIRE_FLAGS the primary context's flags must be these
  *   FAKECUDA_FAULTS       ID=FAULT[,ID=FAULT...]: ID is the value of
@@ -65,7 +66,7 @@ static int initialized, devices, context_current, launches, syncs;
    sticks to every call, as a real context's does after a kernel fault. */
 static CUresult sticky, pending;
 static size_t memory_total, memory_used;
-static int sms = 132;
+static int sms = 132, cc_major = 9, cc_minor = 0;
 
 /* ------------------------------------------------------------- memory */
 
@@ -167,6 +168,8 @@ CUresult cuInit(unsigned int flags) {
         devices = visible_devices();
         memory_total = env_u64("FAKECUDA_MEMORY", 64ull << 20);
         sms = (int)env_u64("FAKECUDA_SMS", 132);
+        const char *cc = getenv("FAKECUDA_CC");
+        if (cc && sscanf(cc, "%d.%d", &cc_major, &cc_minor) != 2) return INVALID_VALUE;
         read_faults();
         if (devices == 0) return NO_DEVICE;
         initialized = 1;
@@ -250,8 +253,8 @@ CUresult cuDeviceGetAttribute(int *value, int attribute, CUdevice dev) {
     if (!value) return INVALID_VALUE;
     switch (attribute) {
         case 16: *value = sms; return OK;  /* MULTIPROCESSOR_COUNT */
-        case 75: *value = 9; return OK;    /* COMPUTE_CAPABILITY_MAJOR */
-        case 76: *value = 0; return OK;    /* COMPUTE_CAPABILITY_MINOR */
+        case 75: *value = cc_major; return OK; /* COMPUTE_CAPABILITY_MAJOR */
+        case 76: *value = cc_minor; return OK; /* COMPUTE_CAPABILITY_MINOR */
         default: return INVALID_VALUE;
     }
 }
@@ -400,18 +403,40 @@ static struct {
     size_t size;
 } modules[MAX_MODULES];
 
+/* A cubin: ELF64, little-endian, e_machine EM_CUDA (190), built for an
+   architecture this GPU runs; its size is where the section headers end. */
+static size_t cubin_size(const unsigned char *e) {
+    if (memcmp(e, "\177ELF", 4) != 0 || e[4] != 2 || e[5] != 1 || (e[18] | e[19] << 8) != 190) return 0;
+    uint64_t shoff;
+    uint32_t flags;
+    uint16_t shentsize, shnum;
+    memcpy(&shoff, e + 0x28, 8);
+    memcpy(&flags, e + 0x30, 4);
+    memcpy(&shentsize, e + 0x3A, 2);
+    memcpy(&shnum, e + 0x3C, 2);
+    /* the sm_XY it was built for: e_flags' low byte in ABI version 7, the
+       next byte in version 8 (sm_100 and later) */
+    unsigned sm = e[8] >= 8 ? (flags >> 8) & 0xFF : flags & 0xFF;
+    /* SASS runs on its own major architecture, at its minor or a later one */
+    if (sm && ((int)sm / 10 != cc_major || (int)sm % 10 > cc_minor)) return 0;
+    return shoff + (uint64_t)shentsize * shnum;
+}
+
+/* PTX: NUL-terminated text for a virtual architecture at or below this
+   GPU's, which the driver would compile for it. */
+static size_t ptx_size(const char *text) {
+    const char *target = strstr(text, ".target sm_");
+    int arch;
+    if (!strstr(text, ".version ") || !target || sscanf(target, ".target sm_%d", &arch) != 1) return 0;
+    return arch <= 10 * cc_major + cc_minor ? strlen(text) + 1 : 0;
+}
+
 CUresult cuModuleLoadData(void **module, const void *image) {
     CONTEXT();
     if (!module || !image) return INVALID_VALUE;
-    const unsigned char *e = image;
-    /* a cubin: ELF64, little-endian, e_machine EM_CUDA (190) */
-    if (memcmp(e, "\177ELF", 4) != 0 || e[4] != 2 || e[5] != 1 || (e[18] | e[19] << 8) != 190) return INVALID_IMAGE;
-    uint64_t shoff, size;
-    uint16_t shentsize, shnum;
-    memcpy(&shoff, e + 0x28, 8);
-    memcpy(&shentsize, e + 0x3A, 2);
-    memcpy(&shnum, e + 0x3C, 2);
-    size = shoff + (uint64_t)shentsize * shnum; /* the section headers end the file */
+    size_t size = cubin_size(image);
+    if (!size) size = ptx_size(image);
+    if (!size) return INVALID_IMAGE;
     for (int i = 0; i < MAX_MODULES; i++) {
         if (modules[i].image) continue;
         modules[i].image = malloc(size);
@@ -431,10 +456,13 @@ CUresult cuModuleGetFunction(void **fn, void *module, const char *name) {
     size_t size = ((typeof(&modules[0]))module)->size;
     for (int k = 0; k < NKERNELS; k++) {
         if (strcmp(name, KERNELS[k]) != 0) continue;
-        /* the symbol must be in the cubin: ".text.<name>" names its code section */
-        char section[128];
+        /* the kernel must be in the image: ".text.<name>" names its code
+           section in a cubin, ".entry <name>(" its entry in PTX */
+        char section[128], entry[128];
         snprintf(section, sizeof section, ".text.%s", name);
-        if (!memmem(image, size, section, strlen(section) + 1)) return NOT_FOUND;
+        snprintf(entry, sizeof entry, ".entry %s(", name);
+        if (!memmem(image, size, section, strlen(section) + 1) && !memmem(image, size, entry, strlen(entry)))
+            return NOT_FOUND;
         *fn = (void *)(uintptr_t)(k + 1);
         return OK;
     }
