@@ -77,3 +77,24 @@ def host_firewall_untouched() -> Iterator[None]:
     yield
     after = _our_host_rules()
     assert after == before, f"the tests left traffic rules in the host's own tables:\n{after}"
+
+
+@pytest.fixture(scope="module")
+def fake_gpu_libs(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A folder with the fake libnvidia-ml.so.1, libcuda.so.1 and
+    libcublas.so.12 (tests/fakenvml, tests/fakelibcuda), for the real burn
+    worker through the real cuda-bindings and NVRTC."""
+    import fakelibcuda
+    import fakenvml
+
+    try:
+        from cuda.bindings import nvrtc  # noqa: F401
+    except ImportError as exc:
+        skip_or_fail(f"needs cuda-bindings and NVRTC (pip install -e '.[test]'): {exc}")
+    d = str(tmp_path_factory.mktemp("gpu-libs"))
+    try:
+        fakenvml.build(d)
+        return fakelibcuda.build(d)
+    except (OSError, subprocess.CalledProcessError) as exc:
+        skip_or_fail(f"cannot build the fake NVIDIA libraries: {exc}")
+        raise

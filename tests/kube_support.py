@@ -27,6 +27,14 @@ NODE = "gpu-node-1"
 PREFIX = "node-health-agent/"
 BUDGET_NS = "node-health-budget"
 QUOTA = "node-health-taint-budget"
+# The [kubernetes] part of an `agent run` config against the fake API server:
+# no start-up jitter, and the kill switch watched.
+AGENT_KUBE_CONFIG = """
+[kubernetes]
+startup_jitter = "0s"
+[kubernetes.kill_switch]
+name = "ks"
+"""
 
 
 @pytest.fixture

@@ -17,7 +17,6 @@ from pathlib import Path
 import fakelibcuda
 import pytest
 from burnfakes import NODE, gpus, sysfs
-from conftest import skip_or_fail
 
 from agent import cli
 from agent.burn.backend import NoWatch
@@ -27,19 +26,6 @@ from agent.burn.orchestrator import run_burn
 from agent.burn.verdict import Thresholds
 
 N = 1024  # the smallest matrix the config allows: about 0.1 s per GEMM on one core
-
-
-@pytest.fixture(scope="module")
-def libs(tmp_path_factory: pytest.TempPathFactory) -> str:
-    try:
-        from cuda.bindings import nvrtc  # noqa: F401
-    except ImportError as exc:
-        skip_or_fail(f"needs cuda-bindings and NVRTC (pip install -e '.[test]'): {exc}")
-    try:
-        return fakelibcuda.build(str(tmp_path_factory.mktemp("fakecuda")))
-    except (OSError, subprocess.CalledProcessError) as exc:
-        skip_or_fail(f"cannot build the fake CUDA driver: {exc}")
-        raise
 
 
 def worker(
@@ -67,8 +53,8 @@ def burn_one(libs: str, fault: str | None = None, seconds: float = 0.6, **settin
     return events[-1]
 
 
-def test_a_healthy_gpu_passes_with_measurements(libs: str) -> None:
-    r = burn_one(libs, require_flags=4)  # CU_CTX_SCHED_BLOCKING_SYNC: waits block instead of spinning
+def test_a_healthy_gpu_passes_with_measurements(fake_gpu_libs: str) -> None:
+    r = burn_one(fake_gpu_libs, require_flags=4)  # CU_CTX_SCHED_BLOCKING_SYNC: waits block instead of spinning
     assert r["problems"] == [] and r["compute_errors"] == 0 and r["memory_errors"] == 0
     assert r["iterations"] >= 2 and r["gemm_flops"] > 0 and r["memory_bandwidth"] > 0
     assert r["group"] == f"NVIDIA H100 80GB HBM3|132|{N}"
@@ -76,35 +62,35 @@ def test_a_healthy_gpu_passes_with_measurements(libs: str) -> None:
     assert any(n.startswith("memory test: 32.0 MiB,") for n in r["notes"]), r["notes"]
 
 
-def test_the_digest_is_a_function_of_the_inputs_alone(libs: str) -> None:
+def test_the_digest_is_a_function_of_the_inputs_alone(fake_gpu_libs: str) -> None:
     """Two GPUs (two runs) of one model agree bit for bit; a GPU that computes
     something else does not, which is how the verdict finds the odd one out."""
-    assert burn_one(libs)["digest"] == burn_one(libs, seconds=0.3)["digest"]
-    assert burn_one(libs, "wrong")["digest"] != burn_one(libs)["digest"]
+    assert burn_one(fake_gpu_libs)["digest"] == burn_one(fake_gpu_libs, seconds=0.3)["digest"]
+    assert burn_one(fake_gpu_libs, "wrong")["digest"] != burn_one(fake_gpu_libs)["digest"]
 
 
-def test_one_flipped_bit_in_one_gemm_is_a_compute_mismatch(libs: str) -> None:
-    r = burn_one(libs, "flip:2")
+def test_one_flipped_bit_in_one_gemm_is_a_compute_mismatch(fake_gpu_libs: str) -> None:
+    r = burn_one(fake_gpu_libs, "flip:2")
     assert [p["fault"] for p in r["problems"]] == [Fault.COMPUTE_MISMATCH]
     assert r["problems"][0]["message"].startswith("1 of ") and r["compute_errors"] == 1
 
 
-def test_a_gpu_that_is_consistently_wrong_is_caught_by_the_host_reference(libs: str) -> None:
-    r = burn_one(libs, "wrong")
+def test_a_gpu_that_is_consistently_wrong_is_caught_by_the_host_reference(fake_gpu_libs: str) -> None:
+    r = burn_one(fake_gpu_libs, "wrong")
     assert r["compute_errors"] == 8 and [p["fault"] for p in r["problems"]] == [Fault.COMPUTE_MISMATCH]
     message = r["problems"][0]["message"]
     assert message.startswith("8 of 8 sampled GEMM results differ from the host's reference: C[")
     assert message.endswith("(and 7 more)") and "the host computes" in message
 
 
-def test_a_stuck_memory_bit_is_found_and_located(libs: str) -> None:
-    r = burn_one(libs, "stuck:1000")
+def test_a_stuck_memory_bit_is_found_and_located(fake_gpu_libs: str) -> None:
+    r = burn_one(fake_gpu_libs, "stuck:1000")
     assert [p["fault"] for p in r["problems"]] == [Fault.MEMORY_ERRORS]
     assert r["memory_errors"] > 0 and "first at byte offset 0x1f40" in r["problems"][0]["message"]
 
 
-def test_a_kernel_fault_is_reported_as_the_first_error_with_its_phase(libs: str) -> None:
-    r = burn_one(libs, "fail:5:719")
+def test_a_kernel_fault_is_reported_as_the_first_error_with_its_phase(fake_gpu_libs: str) -> None:
+    r = burn_one(fake_gpu_libs, "fail:5:719")
     assert r["problems"] == [
         {
             "fault": Fault.CUDA_ERROR,
@@ -113,19 +99,19 @@ def test_a_kernel_fault_is_reported_as_the_first_error_with_its_phase(libs: str)
     ]
 
 
-def test_too_little_device_memory_for_the_matrices_is_a_cuda_error(libs: str) -> None:
-    r = burn_one(libs, memory=4 << 20)
+def test_too_little_device_memory_for_the_matrices_is_a_cuda_error(fake_gpu_libs: str) -> None:
+    r = burn_one(fake_gpu_libs, memory=4 << 20)
     assert r["problems"][0]["message"] == f"cuMemAlloc({4 * N * N}): CUDA_ERROR_OUT_OF_MEMORY (in the gemm phase)"
 
 
-def test_a_gpu_cuda_cannot_see_fails_at_cuinit(libs: str) -> None:
-    events = worker(libs, "run", "--seconds", "1", "--matrix-size", str(N), "--memory-fraction", "0.5",
+def test_a_gpu_cuda_cannot_see_fails_at_cuinit(fake_gpu_libs: str) -> None:
+    events = worker(fake_gpu_libs, "run", "--seconds", "1", "--matrix-size", str(N), "--memory-fraction", "0.5",
                     "--memory-time-share", "0.3", visible="MIG-bogus")  # fmt: skip
     assert events[-1]["problems"][0]["message"] == "cuInit: CUDA_ERROR_NO_DEVICE (in the setup phase)"
 
 
-def test_list_reports_cuda_devices_in_order(libs: str) -> None:
-    events = worker(libs, "list", devices=3)
+def test_list_reports_cuda_devices_in_order(fake_gpu_libs: str) -> None:
+    events = worker(fake_gpu_libs, "list", devices=3)
     assert [(d["index"], d["pci_bus_id"]) for d in events[0]["devices"]] == [
         (0, "0000:18:00.0"),
         (1, "0000:28:00.0"),
@@ -137,10 +123,10 @@ def test_list_reports_cuda_devices_in_order(libs: str) -> None:
 
 
 @pytest.fixture
-def driver(libs: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[object]:
+def driver(fake_gpu_libs: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[object]:
     def set_(faults: Mapping[int, str] | None = None, **settings: object) -> None:
         by_uuid = {g.uuid: faults[g.index] for g in gpus(8) if faults and g.index in faults}
-        for key, value in fakelibcuda.env(libs, by_uuid, **settings).items():
+        for key, value in fakelibcuda.env(fake_gpu_libs, by_uuid, **settings).items():
             monkeypatch.setenv(key, value)
 
     yield set_
@@ -197,25 +183,25 @@ def test_agent_burn_json_on_the_fake_driver(
         pytest.param("13.0", "ptx", id="a GPU newer than the NVRTC: PTX the driver compiles"),
     ],
 )
-def test_the_kernels_load_on_the_gpus_architecture(libs: str, cc: str, what: str) -> None:
+def test_the_kernels_load_on_the_gpus_architecture(fake_gpu_libs: str, cc: str, what: str) -> None:
     """The fake driver refuses a cubin built for another major architecture
     and PTX for a newer one, as the real driver does."""
-    r = burn_one(libs, cc=cc, seconds=0.3)
+    r = burn_one(fake_gpu_libs, cc=cc, seconds=0.3)
     assert r["problems"] == [] and r["iterations"] >= 1, r
 
 
-def test_a_gpu_older_than_every_architecture_nvrtc_knows_is_not_tested(libs: str) -> None:
-    events = worker(libs, "run", "--seconds", "1", "--matrix-size", str(N), "--memory-fraction", "0.5",
+def test_a_gpu_older_than_every_architecture_nvrtc_knows_is_not_tested(fake_gpu_libs: str) -> None:
+    events = worker(fake_gpu_libs, "run", "--seconds", "1", "--matrix-size", str(N), "--memory-fraction", "0.5",
                     "--memory-time-share", "0.3", cc="3.5")  # fmt: skip
     assert events[-1]["event"] == "error" and "this NVRTC cannot compile for sm_35" in events[-1]["message"]
 
 
-def test_the_fake_driver_refuses_a_cubin_the_gpu_cannot_run(libs: str) -> None:
+def test_the_fake_driver_refuses_a_cubin_the_gpu_cannot_run(fake_gpu_libs: str) -> None:
     code = (
         "from cuda.bindings import driver as cu; from agent.burn import kernels; cu.cuInit(0);"
         "_, d = cu.cuDeviceGet(0); _, c = cu.cuDevicePrimaryCtxRetain(d); cu.cuCtxSetCurrent(c);"
         "print(*(cu.cuModuleLoadData(kernels.compile_cubin(*a))[0].name for a in ((9, 0), (8, 9), (8, 0))))"
     )
-    env = dict(os.environ, **fakelibcuda.env(libs), FAKECUDA_CC="8.6")
+    env = dict(os.environ, **fakelibcuda.env(fake_gpu_libs), FAKECUDA_CC="8.6")
     res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60, check=True)
     assert res.stdout.split() == ["CUDA_ERROR_INVALID_IMAGE", "CUDA_ERROR_INVALID_IMAGE", "CUDA_SUCCESS"]

@@ -14,49 +14,29 @@ import fakelibcuda
 import fakenvml
 import pytest
 from agentproc import Agent, wait_for
-from conftest import skip_or_fail
 
 from fakeapi import FakeApiServer
-from kube_support import NODE, PREFIX, fake, our_taints  # noqa: F401 - fixture
+from kube_support import AGENT_KUBE_CONFIG, NODE, PREFIX, fake, our_taints  # noqa: F401 - fixture
 
 PREFLIGHT = PREFIX + "preflight"
 
 
-@pytest.fixture(scope="module")
-def libs(tmp_path_factory: pytest.TempPathFactory) -> str:
-    try:
-        from cuda.bindings import nvrtc  # noqa: F401
-    except ImportError as exc:
-        skip_or_fail(f"needs cuda-bindings and NVRTC (pip install -e '.[test]'): {exc}")
-    d = str(tmp_path_factory.mktemp("gpu-libs"))
-    try:
-        fakenvml.build(d)
-        return fakelibcuda.build(d)
-    except OSError as exc:
-        skip_or_fail(f"cannot build the fake NVIDIA libraries: {exc}")
-        raise
-
-
 @pytest.fixture
-def node(libs: str, fake: FakeApiServer, tmp_path: Path) -> Iterator[Any]:
+def node(fake_gpu_libs: str, fake: FakeApiServer, tmp_path: Path) -> Iterator[Any]:
     agents: list[Agent] = []
     scenario = fakenvml.Scenario(str(tmp_path / "nvml-scenario")).set([fakenvml.h100(0), fakenvml.h100(1)])
     kubeconfig = fake.kubeconfig(str(tmp_path / "kubeconfig"))
 
     def start(faults: dict[int, str] | None = None) -> Agent:
         by_uuid = {str(scenario.gpus[i]["uuid"]): f for i, f in (faults or {}).items()}
-        env = fakelibcuda.env(libs, by_uuid) | {"FAKE_NVML_SCENARIO": scenario.path, "NODE_NAME": NODE}
-        config = f"""
-[kubernetes]
-startup_jitter = "0s"
-[kubernetes.kill_switch]
-name = "ks"
+        env = fakelibcuda.env(fake_gpu_libs, by_uuid) | {"FAKE_NVML_SCENARIO": scenario.path, "NODE_NAME": NODE}
+        config = AGENT_KUBE_CONFIG + f"""
 [checks.disk]
 enabled = false
 [checks.network]
 enabled = false
 [checks.gpu]
-nvml_library = "{libs}/libnvidia-ml.so.1"
+nvml_library = "{fake_gpu_libs}/libnvidia-ml.so.1"
 xid_events = false
 [checks.burn]
 duration = "2s"

@@ -15,7 +15,7 @@ import pytest
 from agentproc import free_port
 
 from fakeapi import FakeApiServer
-from kube_support import NODE, PREFIX, fake, wait_for  # noqa: F401 - fixture
+from kube_support import AGENT_KUBE_CONFIG, NODE, PREFIX, fake, wait_for  # noqa: F401 - fixture
 
 
 @pytest.fixture
@@ -56,11 +56,7 @@ def _get(url: str) -> str | None:
 
 # Checks that would otherwise watch this machine's GPUs, firewall and burn state stay off:
 # each test turns on only what it drives.
-BASE = """
-[kubernetes]
-startup_jitter = "0s"
-[kubernetes.kill_switch]
-name = "ks"
+BASE = AGENT_KUBE_CONFIG + """
 [checks.gpu]
 enabled = false
 [checks.traffic]

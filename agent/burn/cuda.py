@@ -82,12 +82,9 @@ class Device:
         """Free `ptr`; after an earlier error (a sticky one fails every call)
         a failure here is not news, and must not hide the first one."""
         self._allocs.discard(ptr)
-        failed = self.failed
-        try:
-            self.check(self.cu.cuMemFree(ptr), "cuMemFree")
-        except CudaError:
-            if failed is None:
-                raise
+        result = self.cu.cuMemFree(ptr)
+        if self.failed is None:
+            self.check(result, "cuMemFree")
 
     def fill_u32(self, ptr: int, value: int, count: int) -> None:
         self.check(self.cu.cuMemsetD32Async(ptr, value, count, self.stream), "cuMemsetD32Async")
