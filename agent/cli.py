@@ -113,7 +113,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_selftest(args: argparse.Namespace) -> int:
     from . import logs, selftest
-    from .checks import registry
+    from .registry import CHECKS
     from .runtime import build_checks, load_config, state_dir
     from .scheduler import Scheduler
     from .store import Store
@@ -121,8 +121,8 @@ def cmd_selftest(args: argparse.Namespace) -> int:
     cfg = load_config(_overrides(args))
     logs.setup(args.log_level or "warning", cfg.agent.log_format)
     for name in args.only or ():
-        if name not in registry():
-            raise UsageError(f"--only: unknown check \"{name}\"{_did_you_mean(name, registry())}")
+        if name not in CHECKS:
+            raise UsageError(f"--only: unknown check \"{name}\"{_did_you_mean(name, CHECKS)}")
     store = Store()
     sched = Scheduler(store)
     # A selftest looks and changes nothing (no rules installed, no state written).
@@ -176,7 +176,7 @@ def _did_you_mean(word: str, choices: Any) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from .config import ConfigError
+    from .schema import ConfigError
     from .state import StateDirError
 
     try:

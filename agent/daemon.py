@@ -17,11 +17,11 @@ from types import FrameType
 from typing import TYPE_CHECKING
 
 from . import __version__, native
-from .checks import CheckContext, build_sources
+from .checks import CheckContext
 from .config import Config, ConfigError
 from .findings import Finding, Sample, Severity
 from .metrics import MetricsServer, build_registry
-from .runtime import Overrides, build_checks, host_paths, load_config, node_name, state_dir
+from .runtime import Overrides, build_checks, build_sources, host_paths, load_config, node_name, state_dir
 from .scheduler import Scheduler
 from .sdnotify import Notifier
 from .sources import EventSource

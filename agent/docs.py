@@ -6,8 +6,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from . import catalog
-from .checks import registry
-from .config import Config, fields_doc
+from .config import Config
+from .registry import CHECKS
+from .schema import fields_doc
 
 
 def _table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> str:
@@ -20,7 +21,7 @@ def config_rows() -> list[tuple[str, str, str]]:
     rows: list[tuple[str, str, str]] = []
     for section in ("agent", "paths", "metrics", "kubernetes"):
         rows += fields_doc(type(getattr(Config(), section)), section)
-    for name, spec in registry().items():
+    for name, spec in CHECKS.items():
         rows += fields_doc(spec.config, f"checks.{name}")
     return rows
 

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from itertools import repeat
 from typing import Any, Final, TypeVar
 
-from .config import ConfigError
+from .schema import ConfigError
 from .parsers import diskstats as _diskstats
 from .parsers import iptsave as _iptsave
 from .parsers import mountinfo as _mountinfo

@@ -7,11 +7,16 @@ import dataclasses
 import logging
 import os
 import socket
+from collections.abc import Iterable
 from dataclasses import dataclass
 
-from .checks import Check, CheckContext, build_enabled
-from .config import AgentSection, CheckConfig, Config, ConfigError, PathsSection, load
+from .checks import Check, CheckContext
+from .config import Config, load
 from .hostpaths import HostPaths
+from .registry import CHECKS
+from .schema import CheckConfig, ConfigError, host_port
+from .settings import AgentSection, PathsSection
+from .sources import EventSource
 
 log = logging.getLogger(__name__)
 
@@ -47,8 +52,6 @@ def load_config(ov: Overrides) -> Config:
     )
     metrics = cfg.metrics
     if ov.listen:
-        from .config import host_port
-
         problem = host_port(ov.listen)
         if problem:
             raise ConfigError("--listen", None, problem)
@@ -83,3 +86,24 @@ def build_checks(
 ) -> list[tuple[Check, CheckConfig]]:
     ctx = CheckContext(paths=host_paths(cfg), state_dir=state, config=cfg, dry_run=dry_run)
     return build_enabled(ctx, only)
+
+
+def build_enabled(ctx: CheckContext, only: Iterable[str] | None = None) -> list[tuple[Check, CheckConfig]]:
+    """Instantiate the enabled checks (or exactly `only`, enabled or not)."""
+    wanted = set(only) if only else None
+    out = []
+    for name, spec in CHECKS.items():
+        cfg = ctx.config.checks[name]
+        if (wanted is None and cfg.enabled) or (wanted is not None and name in wanted):
+            out.append((spec.build(ctx, cfg), cfg))
+    return out
+
+
+def build_sources(ctx: CheckContext) -> list[EventSource]:
+    """The event sources of the enabled checks."""
+    out: list[EventSource] = []
+    for name, spec in CHECKS.items():
+        cfg = ctx.config.checks[name]
+        if cfg.enabled and spec.sources is not None:
+            out.extend(spec.sources(ctx, cfg))
+    return out

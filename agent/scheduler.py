@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
 from .checks import Check
-from .config import CheckConfig
+from .schema import CheckConfig
 from .findings import Finding, Observation, Severity
 from .store import CheckStatus, Store
 

@@ -12,7 +12,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Literal
 
 from ..catalog import MetricSpec, Reason
-from ..config import CheckConfig, opt
+from ..schema import CheckConfig, opt
 from ..findings import Observation, ObservationBuilder, Severity
 from . import CheckContext, CheckSpec
 

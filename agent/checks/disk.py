@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from functools import partial
 
 from ..catalog import MetricSpec, Reason
-from ..config import CheckConfig, opt
+from ..schema import CheckConfig, opt
 from ..findings import Observation, ObservationBuilder, Severity
 from ..hostpaths import read_bounded
 from ..native import DiskStats, parse_diskstats

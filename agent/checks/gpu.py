@@ -14,7 +14,7 @@ from types import MappingProxyType
 from typing import Any
 
 from ..catalog import MetricSpec, Reason
-from ..config import CheckConfig, opt
+from ..schema import CheckConfig, opt
 from ..findings import Observation, ObservationBuilder, Severity
 from ..gpu import xids
 from ..gpu.metrics import GPU_METRICS, XID_METRICS

@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from ..config import host_port, split_host_port
+from ..schema import host_port, split_host_port
 from ..probe import Prober
 
 log = logging.getLogger(__name__)

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from ..catalog import MetricSpec, Reason
-from ..config import CheckConfig, format_duration, opt
+from ..schema import CheckConfig, format_duration, opt
 from ..findings import Observation, ObservationBuilder, Severity
 from . import CheckContext, CheckSpec
 from .net_counters import Rates, RateTracker, read_net_dev

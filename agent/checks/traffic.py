@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from ..catalog import MetricSpec, Reason
-from ..config import CheckConfig, opt
+from ..schema import CheckConfig, opt
 from ..findings import Observation, ObservationBuilder, Severity
 from . import CheckContext, CheckSpec
 

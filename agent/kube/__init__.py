@@ -11,10 +11,6 @@ metrics of the feature for `agent.catalog`.
 
 from __future__ import annotations
 
-# agent.config imports our settings module for its [kubernetes] section, and
-# settings imports opt() from agent.config: load config first, whichever of the
-# two is imported first.
-from .. import config as _config  # noqa: F401
 from ..catalog import MetricSpec, Reason
 from ..findings import Severity
 

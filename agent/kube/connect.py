@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import __version__
-from ..config import ConfigError
+from ..schema import ConfigError
 
 log = logging.getLogger(__name__)
 

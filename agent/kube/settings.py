@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Literal
 
-from ..config import opt
+from ..schema import opt
 
 Effect = Literal["none", "NoSchedule", "PreferNoSchedule", "NoExecute"]
 
@@ -82,19 +82,7 @@ class PolicySection:
         '"check" or "check/Reason" ("*/Reason": any check) = effect; wins over the severity default.',
     )
 
-    def validate(self) -> tuple[str, str] | None:
-        from .. import catalog
-        from ..checks import registry
-
-        for key in self.overrides:
-            check, _, reason = key.partition("/")
-            if check != "*" and check not in registry():
-                return f"overrides.{key}", f'unknown check "{check}"; expected one of "*", ' + ", ".join(registry())
-            if reason and reason not in catalog.reasons():
-                return f"overrides.{key}", f'unknown finding reason "{reason}" (see `agent docs reasons`)'
-            if check == "*" and not reason:
-                return f"overrides.{key}", 'expected "*/Reason"; use the severity defaults for every check'
-        return None
+    # The names in `overrides` are checked against the registry by agent.config.
 
 
 @dataclass(frozen=True)

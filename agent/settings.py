@@ -1,0 +1,47 @@
+"""The agent's own sections: ``[agent]``, ``[paths]`` and ``[metrics]``.
+
+Features keep their sections in their own package (``agent/<feature>/settings.py``);
+`agent.config` assembles all of them into one `Config`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Literal
+
+from .schema import host_port, opt
+
+
+@dataclass(frozen=True)
+class AgentSection:
+    state_dir: str = opt("/var/lib/node-health-agent", "Directory for state that survives restarts (findings, cursors, boot id).")
+    node_name: str = opt("", 'Name of this node; empty: $NODE_NAME, else the hostname.')
+    log_level: Literal["debug", "info", "warning", "error"] = opt("info", "Log level.")
+    log_format: Literal["auto", "text", "json"] = opt("auto", "auto: text on a terminal, JSON lines otherwise.")
+    jitter: float = opt(0.1, "Fraction of each check's interval by which its runs are spread at random.", min=0, max=0.5)
+
+
+@dataclass(frozen=True)
+class PathsSection:
+    procfs: str = opt("/proc", "Where the host's /proc is mounted (the DaemonSet mounts it under /host).")
+    sysfs: str = opt("/sys", "Where the host's /sys is mounted.")
+    rootfs: str = opt("/", "Where the host's root filesystem is mounted; host paths in checks are resolved under it.")
+
+
+@dataclass(frozen=True)
+class TLSSection:
+    cert_file: str = opt("", "PEM certificate; with key_file, /metrics is served over HTTPS.")
+    key_file: str = opt("", "PEM private key for cert_file.")
+    client_ca_file: str = opt("", "PEM CA bundle; when set, clients must present a certificate it signed.")
+    min_version: Literal["TLS12", "TLS13"] = opt("TLS12", "Lowest TLS version accepted.")
+
+
+@dataclass(frozen=True)
+class MetricsSection:
+    listen: str = opt("0.0.0.0:9904", "Address of the /metrics and /healthz endpoint.", check=host_port)
+    tls: TLSSection = field(default_factory=TLSSection, metadata={"doc": "TLS, in the style of Prometheus exporters' web config."})
+    basic_auth_users: Mapping[str, str] = opt(
+        MappingProxyType({}), "user = bcrypt hash; when set, /metrics needs HTTP basic auth (/healthz does not)."
+    )
