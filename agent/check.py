@@ -1,11 +1,9 @@
-"""Checks: one module per concern, each declaring a `SPEC`.
+"""What a check is: the `Check` protocol, the `CheckContext` it is built with,
+and the `CheckSpec` its adapter module declares.
 
 A check is a small object with a name and ``run() -> Observation``; it knows
-nothing of Kubernetes or Prometheus. Its module declares its config (a
-`CheckConfig` subclass: ``[checks.<name>]``), the finding reasons and metrics
-it can emit (`REASONS`, `METRICS`, collected by `agent.catalog`), and a
-`build` function; `agent.registry` lists the checks. Modules keep heavy imports inside functions so that a
-disabled check costs nothing.
+nothing of Kubernetes or Prometheus. Engines (``agent/<feature>/``) may take a
+`CheckContext`; only the adapters in `agent.checks` declare a `CheckSpec`.
 """
 
 from __future__ import annotations
@@ -14,12 +12,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ..hostpaths import HostPaths
+from .hostpaths import HostPaths
 
 if TYPE_CHECKING:
-    from ..schema import CheckConfig, ConfigView
-    from ..findings import Observation
-    from ..sources import EventSource
+    from .findings import Observation
+    from .schema import CheckConfig, ConfigView
+    from .sources import EventSource
+
 
 class Check(Protocol):
     name: str

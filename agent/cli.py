@@ -177,7 +177,7 @@ def _did_you_mean(word: str, choices: Any) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     from .schema import ConfigError
-    from .state import StateDirError
+    from .statedir import StateDirError
 
     try:
         # Feature command modules import the parsers: a bad NODE_HEALTH_AGENT_PARSERS

@@ -17,7 +17,7 @@ from types import FrameType
 from typing import TYPE_CHECKING
 
 from . import __version__, native
-from .checks import CheckContext
+from .check import CheckContext
 from .config import Config, ConfigError
 from .findings import Finding, Sample, Severity
 from .metrics import MetricsServer, build_registry
@@ -25,7 +25,7 @@ from .runtime import Overrides, build_checks, build_sources, host_paths, load_co
 from .scheduler import Scheduler
 from .sdnotify import Notifier
 from .sources import EventSource
-from .state import StateDir
+from .statedir import StateDir
 from .store import Snapshot, Store
 
 if TYPE_CHECKING:

@@ -28,9 +28,9 @@ from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.utils import floatToGoString
 
 from . import __version__, catalog, native
+from .findings import Labels
 from .schema import split_host_port
 from .settings import MetricsSection
-from .findings import Labels
 from .store import Snapshot, Store
 
 log = logging.getLogger(__name__)

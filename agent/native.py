@@ -18,7 +18,6 @@ from collections.abc import Callable
 from itertools import repeat
 from typing import Any, Final, TypeVar
 
-from .schema import ConfigError
 from .parsers import diskstats as _diskstats
 from .parsers import iptsave as _iptsave
 from .parsers import mountinfo as _mountinfo
@@ -29,6 +28,7 @@ from .parsers.iptsave import IptRecord
 from .parsers.mountinfo import MountInfo
 from .parsers.netdev import NetDevStats
 from .parsers.xid import XidRecord
+from .schema import ConfigError
 
 __all__ = [
     "ENV",

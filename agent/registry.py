@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from .checks import CheckSpec, burn, disk, gpu, network, traffic
+from .check import CheckSpec
+from .checks import burn, disk, gpu, network, traffic
 
 CHECKS: Mapping[str, CheckSpec] = MappingProxyType(
     {spec.name: spec for spec in (disk.SPEC, network.SPEC, gpu.SPEC, traffic.SPEC, burn.SPEC)}

@@ -10,7 +10,7 @@ import socket
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from .checks import Check, CheckContext
+from .check import Check, CheckContext
 from .config import Config, load
 from .hostpaths import HostPaths
 from .registry import CHECKS

@@ -18,9 +18,9 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
-from .checks import Check
-from .schema import CheckConfig
+from .check import Check
 from .findings import Finding, Observation, Severity
+from .schema import CheckConfig
 from .store import CheckStatus, Store
 
 log = logging.getLogger(__name__)

@@ -22,7 +22,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
 from fakenvml import Scenario, build, h100  # noqa: E402
 
 from agent import native  # noqa: E402
-from agent.checks import CheckContext  # noqa: E402
+from agent.check import CheckContext  # noqa: E402
 from agent.config import parse  # noqa: E402
 from agent.hostpaths import HostPaths  # noqa: E402
 from agent.parsers import xid as twin  # noqa: E402
@@ -96,7 +96,7 @@ def bench_poll(tmp: str, lib: str) -> None:
 
 
 def bench_latency(tmp: str, lib: str) -> None:
-    from agent.gpu.xidsource import XidSource
+    from agent.gpu.xid_source import XidSource
 
     Scenario(os.environ["FAKE_NVML_SCENARIO"]).set([])
     log = os.path.join(tmp, "kmsg")

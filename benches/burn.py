@@ -41,7 +41,7 @@ def _setup(gpu: int) -> None:
 
 def _watch(gpu: int) -> Any:
     from agent.burn.model import GpuInfo
-    from agent.burn.nvml import NvmlWatch
+    from agent.burn.nvml_watch import NvmlWatch
 
     w = NvmlWatch(throttle_share=1.0, interval=0.25)
     w.start([GpuInfo(gpu)])

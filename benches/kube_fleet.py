@@ -33,7 +33,7 @@ from agent import catalog, config  # noqa: E402
 from agent.kube.api import KubeApi, Stats  # noqa: E402
 from agent.kube.ratelimit import Gate  # noqa: E402
 from agent.kube.reconciler import Reconciler  # noqa: E402
-from agent.state import StateDir  # noqa: E402
+from agent.statedir import StateDir  # noqa: E402
 from fakeapi import Apf, FakeApiServer  # noqa: E402
 from kube_support import BUDGET_NS, QUOTA, finding, snapshot  # noqa: E402
 

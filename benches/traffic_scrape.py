@@ -44,12 +44,12 @@ def median_ms(fn: Callable[[], Any], repeat: int) -> float:
 def measure(backend: str, repeat: int) -> dict[str, Any]:
     """Runs inside the namespace."""
     from agent import native
-    from agent.checks import CheckContext
+    from agent.check import CheckContext
     from agent.checks.traffic import TrafficCheck, TrafficConfig
     from agent.config import defaults
     from agent.hostpaths import HostPaths
     from agent.traffic.detect import backend_named
-    from agent.traffic.reconcile import read
+    from agent.traffic.rule_sync import read
 
     be = backend_named(backend)
     dump = be.save("ipv4")

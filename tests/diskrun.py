@@ -17,7 +17,7 @@ from mountns import MountNamespace
 RUNNER = """
 import json, sys
 from agent import config
-from agent.checks import CheckContext
+from agent.check import CheckContext
 from agent.checks.disk import SPEC
 from agent.hostpaths import HostPaths
 

@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 
 from agent import config
-from agent.checks import CheckContext
+from agent.check import CheckContext
 from agent.checks.disk import DiskCheck, DiskConfig
 from agent.findings import Observation
 from agent.hostpaths import HostPaths

@@ -19,7 +19,7 @@ from agent.kube.connect import ClusterSource, build_client
 from agent.kube.ratelimit import Gate
 from agent.kube.reconciler import Reconciler
 from agent.kube.settings import HysteresisSection, KubernetesSection
-from agent.state import StateDir
+from agent.statedir import StateDir
 from agent.store import CheckStatus, Snapshot
 from fakeapi import FakeApiServer
 

@@ -16,7 +16,7 @@ from conftest import require_tool
 from fakenvml import SOURCE, Scenario, h100
 
 from agent.burn.model import Fault, GpuInfo
-from agent.burn.nvml import NvmlInventory, NvmlWatch
+from agent.burn.nvml_watch import NvmlInventory, NvmlWatch
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ from agent.burn.preflight import STATE_FILE, Options, PreflightSource
 from agent.burn.runner import Runner, Settings
 from agent.findings import Finding, Sample, Severity
 from agent.hostpaths import HostPaths
-from agent.state import StateDir
+from agent.statedir import StateDir
 
 
 class Recorder:

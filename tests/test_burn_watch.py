@@ -114,7 +114,7 @@ def test_real_pynvml_without_a_driver() -> None:
     import pynvml
 
     from agent.burn.model import GpuInfo
-    from agent.burn.nvml import NvmlInventory, NvmlWatch
+    from agent.burn.nvml_watch import NvmlInventory, NvmlWatch
 
     try:
         pynvml.nvmlInit()

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from agent import config
+from agent import config, schema
 
 
 def run_agent(*args: str) -> subprocess.CompletedProcess[str]:
@@ -22,7 +22,7 @@ def test_shipped_config_documents_every_key() -> None:
     from pathlib import Path
 
     shipped = tomllib.loads((Path(__file__).parent.parent / "config" / "agent.toml").read_text())
-    assert shipped == config._plain(config.defaults())
+    assert shipped == schema.plain(config.defaults())
 
 
 @pytest.mark.parametrize(

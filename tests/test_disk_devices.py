@@ -134,4 +134,4 @@ def test_memory_holds_only_current_devices(host: HostTree) -> None:
     host.lines.clear()
     host.mount("/data", dev=(8, 33))  # remounted from another disk without sysfs entries
     check.run()
-    assert check.devices._last == {}
+    assert check.monitor.devices._last == {}

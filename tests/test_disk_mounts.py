@@ -11,7 +11,7 @@ import pytest
 from disktree import HostTree, reasons, value
 
 from agent.checks.disk import REASONS
-from agent.checks.disk_probes import PROBE_PREFIX
+from agent.disk.probes import PROBE_PREFIX
 
 
 @pytest.fixture
@@ -185,7 +185,7 @@ def test_state_dir_filesystem_is_named_by_the_hosts_mount(host: HostTree, tmp_pa
 
 def _real_dev_of(path: Path) -> tuple[int, int]:
     """The device our own mount table gives for the filesystem holding `path`."""
-    from agent.checks.disk_mounts import containing, read_own_mounts
+    from agent.disk.mounts import containing, read_own_mounts
 
     m = containing(read_own_mounts(), os.path.realpath(path))
     assert m is not None

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from agent import config
-from agent.checks import disk_probes
-from agent.checks.disk_probes import Usage, blocks, inodes, level, shown_percent
+from agent.disk import probes as disk_probes
+from agent.disk.probes import Usage, blocks, inodes, level, shown_percent
 
 
 def statvfs(*, blocks: int, bfree: int, bavail: int, files: int, ffree: int, frsize: int = 4096) -> os.statvfs_result:

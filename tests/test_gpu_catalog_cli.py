@@ -12,7 +12,7 @@ import pytest
 
 from agent import catalog as agent_catalog
 from agent.findings import Severity
-from agent.gpu.xids import ACTIONS, RECOVERY_ACTIONS, SPECIAL_XIDS, catalog, metric_label
+from agent.gpu.xid_catalog import ACTIONS, RECOVERY_ACTIONS, SPECIAL_XIDS, catalog, metric_label
 
 DMESG = b"""[    2.757687] NVRM: loading NVIDIA UNIX Open Kernel Module for x86_64  570.158.01  Release Build
 [Fri Aug 30 11:43:09 2024] NVRM: Xid (PCI:0000:cb:00): 13, pid='<unknown>', name=<unknown>, Graphics SM Warp Exception on (GPC 7, TPC 7, SM 0): Illegal Instruction Parameter

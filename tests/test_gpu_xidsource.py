@@ -14,7 +14,7 @@ from fakenvml.fixtures import *  # noqa: F403 - fixtures
 
 from agent.checks.gpu import GpuCheck
 from agent.findings import Finding, Sample, Severity
-from agent.gpu.xidsource import XidSource
+from agent.gpu.xid_source import XidSource
 
 XID79 = "NVRM: Xid (PCI:0000:18:00): 79, pid=2231, name=python3, GPU has fallen off the bus."
 XID13 = "NVRM: Xid (PCI:0000:18:00): 13, pid=2231, name=python3, Graphics SM Warp Exception on (GPC 0, TPC 1, SM 0): Out Of Range Address"

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from agent.findings import Severity
-from agent.gpu.xids import catalog, classify
-from agent.gpu.xidstream import Event, XidStream
+from agent.gpu.xid_catalog import catalog, classify
+from agent.gpu.xid_tracker import Event, XidStream
 from agent.parsers.xid import KIND_DRIVER_LOADED, KIND_FALLEN_OFF_BUS, KIND_SXID, KIND_XID
 
 PCI = "0000:3b:00"
@@ -184,6 +184,6 @@ def test_state_round_trip() -> None:
 
 
 def test_every_special_xid_is_in_the_catalog() -> None:
-    from agent.gpu.xids import SPECIAL_XIDS
+    from agent.gpu.xid_catalog import SPECIAL_XIDS
 
     assert SPECIAL_XIDS <= set(catalog())

@@ -13,8 +13,8 @@ import pytest
 from conftest import require_tool
 from netns_helpers import Result, VethPair, runner, unique, veth_pair, write_config
 
-from agent.checks import CheckContext
-from agent.checks.net_links import REMEMBERED, FlapWindow, _remembered, interface_name
+from agent.check import CheckContext
+from agent.network.links import REMEMBERED, FlapWindow, _remembered, interface_name
 from agent.checks.network import NetworkCheck, NetworkConfig
 from agent.config import defaults
 from agent.hostpaths import HostPaths

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.checks import CheckContext
-from agent.checks.net_counters import RateTracker, read_net_dev
+from agent.check import CheckContext
+from agent.network.counters import RateTracker, read_net_dev
 from agent.checks.network import NetworkCheck, NetworkConfig
 from agent.config import defaults
 from agent.hostpaths import HostPaths

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from netns_helpers import VethPair, netns, runner, unique, veth_pair, write_config
 
-from agent.checks import CheckContext
-from agent.checks.net_reach import default_targets, target
+from agent.check import CheckContext
+from agent.network.reach import default_targets, target
 from agent.checks.network import NetworkCheck, NetworkConfig
 from agent.config import defaults
 from agent.hostpaths import HostPaths

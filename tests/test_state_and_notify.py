@@ -10,7 +10,7 @@ import pytest
 
 from agent.hostpaths import HostPaths
 from agent.sdnotify import Notifier
-from agent.state import StateDir, StateDirError, boot_id
+from agent.statedir import StateDir, StateDirError, boot_id
 
 
 def test_atomic_write_leaves_no_temporary_files(tmp_path) -> None:

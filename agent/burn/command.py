@@ -57,15 +57,14 @@ def check_seconds(seconds: float | None, flag: str) -> None:
 
 
 def burn(cfg: Any, seconds: float | None, gpus: list[int] | None, backend: str | None = None) -> BurnReport:
-    from ..checks import CheckContext
-    from ..checks.burn import runner as make_runner
     from ..cli import UsageError
     from ..runtime import host_paths
+    from .settings import runner as make_runner
 
     bcfg = cfg.checks["burn"]
     if backend:
         bcfg = dataclasses.replace(bcfg, backend=backend)
-    runner = make_runner(CheckContext(host_paths(cfg), cfg.agent.state_dir, cfg), bcfg)
+    runner = make_runner(host_paths(cfg), bcfg, cfg.checks["gpu"])
     found = runner.discover()
     present = [g.index for g in found.gpus]
     for i in gpus or ():

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..sources import Emit
-from ..state import StateDir
+from ..statedir import StateDir
 from .model import BurnReport
 from .orchestrator import Cancelled
 from .publish import findings, pending, samples, state_of

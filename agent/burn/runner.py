@@ -69,7 +69,7 @@ class Runner:
         backends: Sequence[Backend] | None = None,
         watch: Callable[[], Watch] | None = None,
     ) -> None:
-        from .nvml import NvmlInventory, NvmlWatch
+        from .nvml_watch import NvmlInventory, NvmlWatch
 
         self.settings, self.paths = settings, paths
         self.inventory: Inventory = inventory or NvmlInventory(settings.nvml_library)

@@ -1,6 +1,6 @@
 """What NVML readings during a burn mean: the pure part of the NVML watch.
 
-The sampler (agent.burn.nvml) turns NVML calls into `Reading`s and Xid
+The sampler (agent.burn.nvml_watch) turns NVML calls into `Reading`s and Xid
 events; an `Accumulator` per GPU turns them into problems. Only changes
 during the burn count (the passive GPU checks report the state the GPU was
 already in). Clock-event bits after nvml.h: HwSlowdown 0x8 (temperature,

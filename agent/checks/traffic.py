@@ -1,4 +1,4 @@
-"""Traffic check: keeps the agent's mangle accounting rules in place and
+"""Traffic check (the engine is `agent.traffic.keeper`): keeps the agent's mangle accounting rules in place and
 exports what they count (internet-in, internet-out; per address family).
 
 Each run, for each family with internal ranges: read ours from
@@ -16,105 +16,15 @@ run (`agent run --dry-run`, `agent selftest`) nothing is changed or written.
 
 from __future__ import annotations
 
-import ipaddress
-import logging
-from dataclasses import dataclass
-from typing import Literal
-
-from ..catalog import MetricSpec, Reason
-from ..schema import CheckConfig, opt
-from ..findings import Observation, ObservationBuilder, Severity
-from . import CheckContext, CheckSpec
-
-log = logging.getLogger(__name__)
-
-SUBJECT = "iptables"
-MAX_RANGES = 256
-
-REASONS: tuple[Reason, ...] = (
-    Reason(
-        "TrafficBackendUnavailable",
-        Severity.WARNING,
-        "The iptables backend in use cannot be driven from here (tools or python-iptables missing); "
-        "traffic is not counted.",
-        unknown=True,
-    ),
-    Reason(
-        "TrafficRulesNotInPlace",
-        Severity.WARNING,
-        "The agent's traffic accounting rules are missing or altered and could not be put back; "
-        "the traffic counters are held.",
-        unknown=True,
-    ),
-)
-
-METRICS: tuple[MetricSpec, ...] = (
-    MetricSpec(
-        "node_health_traffic_bytes_total",
-        "counter",
-        "Bytes (IP headers included) from (internet-in) or to (internet-out) addresses outside the internal ranges, "
-        "received, sent or forwarded by this node; monotonic across rule re-creation and agent restarts.",
-        ("direction", "family"),
-    ),
-    MetricSpec(
-        "node_health_traffic_packets_total",
-        "counter",
-        "Packets from (internet-in) or to (internet-out) addresses outside the internal ranges, "
-        "received, sent or forwarded by this node.",
-        ("direction", "family"),
-    ),
-    MetricSpec(
-        "node_health_traffic_rules_repaired_total",
-        "counter",
-        "Times the agent found its accounting rules missing, altered or duplicated and put them back.",
-        ("family",),
-    ),
-    MetricSpec(
-        "node_health_traffic_rules_in_place",
-        "gauge",
-        "1 when the agent's accounting rules were all present and in order after the last run.",
-        ("family",),
-    ),
-    MetricSpec("node_health_traffic_backend_info", "gauge", "1 for the iptables backend in use.", ("backend",)),
-)
-
-
-def _network(value: str) -> str | None:
-    try:
-        ipaddress.ip_network(value, strict=True)
-    except ValueError as exc:
-        return f'expected a network such as "10.0.0.0/8" or "fd00::/8", got "{value}" ({exc})'
-    return None
-
-
-@dataclass(frozen=True)
-class TrafficConfig(CheckConfig):
-    enabled: bool = opt(True, "Run this check: it installs iptables mangle rules of its own on the host (they never change a packet's fate).")
-    interval: float = opt(
-        15.0, "Time between reconciles: rules verified and repaired, counters read.", duration=True, min=1
-    )
-    backend: Literal["auto", "legacy", "nft"] = opt(
-        "auto", "iptables backend: auto detects it as kube-proxy's iptables-wrapper does."
-    )
-    internal_ranges: tuple[str, ...] = opt(
-        ("10.0.0.0/8",),
-        "Cluster-internal networks (IPv4 and IPv6); traffic with anything else counts as internet. "
-        "A family without a range gets no rules.",
-        check=_network,
-    )
-
-    def validate(self) -> tuple[str, str] | None:
-        if len(self.internal_ranges) > MAX_RANGES:
-            return "internal_ranges", f"expected at most {MAX_RANGES} ranges, got {len(self.internal_ranges)}"
-        seen = [str(ipaddress.ip_network(r)) for r in self.internal_ranges]
-        dup = next((r for i, r in enumerate(seen) if r in seen[:i]), None)
-        if dup:
-            return "internal_ranges", f'expected each range once, got "{dup}" twice'
-        return None
+from ..check import CheckContext, CheckSpec
+from ..findings import Observation, ObservationBuilder
+from ..traffic.catalog import METRICS as METRICS
+from ..traffic.catalog import REASONS as REASONS
+from ..traffic.settings import TrafficConfig as TrafficConfig
 
 
 class TrafficCheck:
-    """Thin shell so that importing this module (the catalog does) costs nothing."""
+    """Thin shell so that importing this module (the registry does) costs nothing."""
 
     name = "traffic"
 

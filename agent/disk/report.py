@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING
 
 from ..findings import ObservationBuilder
 from ..probe import ProbeResult
-from .disk_devices import DeviceSigns
-from .disk_mounts import describe, read_only
-from .disk_probes import (
+from .devices import DeviceSigns
+from .mounts import describe, read_only
+from .probes import (
     PRIVILEGE_ERRNOS,
     ProbeOutcome,
     Usage,
@@ -28,11 +28,11 @@ from .disk_probes import (
     level,
     shown_percent,
 )
-from .disk_targets import Target
+from .targets import Target
 
 if TYPE_CHECKING:
     from ..native import MountInfo
-    from .disk import DiskConfig
+    from .settings import DiskConfig
 
 
 def _sample(b: ObservationBuilder, name: str, value: float, t: Target) -> None:

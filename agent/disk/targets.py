@@ -18,10 +18,10 @@ from ..findings import ObservationBuilder
 from ..hostpaths import HostPaths
 from ..native import MountInfo
 from ..probe import Prober
-from .disk_mounts import MountTable, by_device, containing, read_only, read_own_mounts
+from .mounts import MountTable, by_device, containing, read_only, read_own_mounts
 
 if TYPE_CHECKING:
-    from .disk import DiskConfig
+    from .settings import DiskConfig
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,7 @@ from typing import Any
 from ..cli import UsageError
 from ..findings import Severity
 from ..parsers.xid import KIND_DRIVER_LOADED
-from .xids import ACTION_TEXT, classify, lookup
+from .xid_catalog import ACTION_TEXT, classify, lookup
 
 MAX_INPUT = 1 << 30
 

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..findings import ObservationBuilder
-from .poll import GpuReading
-from .xids import RECOVERY_ACTIONS
+from .reading import GpuReading
+from .xid_catalog import RECOVERY_ACTIONS
 
 # Clock event reasons (nvml.h nvmlClocksEventReason*): the hardware ones are health signals.
 GPU_IDLE = 0x1

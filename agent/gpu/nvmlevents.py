@@ -20,10 +20,10 @@ from ..findings import Finding, Severity
 from ..parsers.xid import KIND_XID
 from . import nvml
 from .pci import normalize
-from .xidstream import CHECK, Event
+from .xid_tracker import CHECK, Event
 
 if TYPE_CHECKING:
-    from .xidsource import XidSource
+    from .xid_source import XidSource
 
 log = logging.getLogger(__name__)
 
@@ -42,12 +42,12 @@ class NvmlEvents:
         self.gpus: dict[int, tuple[int, str]] = {}  # handle address → (index, pci)
 
     def run(self) -> None:
-        from ..checks.gpu import nvml_library
+        from .settings import nvml_library
 
         stop = self.src.stop_event
         while not stop.is_set():
             try:
-                nv = nvml.init(nvml_library(self.src.ctx, self.src.cfg))
+                nv = nvml.init(nvml_library(self.src.ctx.paths, self.src.cfg))
                 es = self._register(nv)
             except nvml.NvmlUnavailable as exc:
                 log.debug("NVML events: %s", exc)

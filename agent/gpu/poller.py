@@ -1,4 +1,4 @@
-"""One poll of every GPU for `agent.checks.gpu.GpuCheck`.
+"""The GPU engine: `GpuPoller` polls every GPU through NVML and judges it.
 
 Every NVML call that can block (a GPU that fell off the bus can hang the
 driver) runs through the check's `Prober`: a hung GPU is reported
@@ -17,17 +17,17 @@ from __future__ import annotations
 import logging
 from functools import partial
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..findings import ObservationBuilder
-from ..state import boot_id
+from ..hostpaths import HostPaths
+from ..probe import Prober
+from ..statedir import StateDir, boot_id
 from . import nvml
 from .judge import Limits, judge
 from .pci import bus_gpus, nvml_candidates
-from .poll import Reader
-
-if TYPE_CHECKING:
-    from ..checks.gpu import GpuCheck
+from .reading import Reader
+from .settings import GpuConfig, nvml_library
 
 log = logging.getLogger(__name__)
 
@@ -35,72 +35,87 @@ POLL_STATE = "gpu-poll.json"
 INVENTORY = "gpu-inventory.json"
 
 
-def poll(check: GpuCheck, b: ObservationBuilder, now: float) -> dict[str, int]:
-    """Polls every GPU; returns PCI address → NVML index of those that answered."""
-    ctx, cfg = check.ctx, check.cfg
-    bus = bus_gpus(ctx.paths)
-    candidates = nvml_candidates(bus)
-    boot = boot_id(ctx.paths)
-    state = check.state.read_json(POLL_STATE) or {}
-    if state.get("boot") != boot:
-        state = {"boot": boot, "gpus": {}, "seen": []}
-    nv, why = _init(check)
-    if nv is None:
-        _unavailable(b, why, candidates, cfg.expected_count)
-        return {}
-    b.sample("node_health_nvml_up", 1)
-    if check.reader is None or check.reader.nv is not nv:
-        check.reader = Reader(nv)
-    count = check.prober.call("count", nv.nvmlDeviceGetCount, cfg.call_timeout)
-    if not count.ok:
-        if count.error is not None and nvml.code(count.error) in (nvml.UNINITIALIZED, nvml.DRIVER_NOT_LOADED):
-            nvml.invalidate()
-        b.finding("gpus", "NvmlCallHung" if count.hung_for is not None else "NvmlError", f"nvmlDeviceGetCount: {count.error or 'hung'}")
-        return {}
-    seen = _poll_gpus(check, b, int(count.value or 0), state, now)
-    _count(b, int(count.value or 0), seen, candidates, state, cfg.expected_count)
-    _save(check, state, seen)
-    return seen
+class GpuPoller:
+    """Polls every GPU on each `poll`; keeps the NVML reader and the prober across polls."""
 
+    def __init__(self, paths: HostPaths, state: StateDir, cfg: GpuConfig) -> None:
+        self.paths, self.state, self.cfg = paths, state, cfg
+        self.prober = Prober("nvml")
+        self.reader: Reader | None = None  # made with the NVML session
 
-def _init(check: GpuCheck) -> tuple[ModuleType | None, str]:
-    """pynvml ready for use, or None and why not (nvmlInit itself can hang)."""
-    from ..checks.gpu import nvml_library
+    def poll(self, b: ObservationBuilder, now: float) -> dict[str, int]:
+        """Polls every GPU; returns PCI address → NVML index of those that answered."""
+        cfg = self.cfg
+        bus = bus_gpus(self.paths)
+        candidates = nvml_candidates(bus)
+        boot = boot_id(self.paths)
+        state = self.state.read_json(POLL_STATE) or {}
+        if state.get("boot") != boot:
+            state = {"boot": boot, "gpus": {}, "seen": []}
+        nv, why = self._init()
+        if nv is None:
+            _unavailable(b, why, candidates, cfg.expected_count)
+            return {}
+        b.sample("node_health_nvml_up", 1)
+        if self.reader is None or self.reader.nv is not nv:
+            self.reader = Reader(nv)
+        count = self.prober.call("count", nv.nvmlDeviceGetCount, cfg.call_timeout)
+        if not count.ok:
+            if count.error is not None and nvml.code(count.error) in (nvml.UNINITIALIZED, nvml.DRIVER_NOT_LOADED):
+                nvml.invalidate()
+            b.finding("gpus", "NvmlCallHung" if count.hung_for is not None else "NvmlError", f"nvmlDeviceGetCount: {count.error or 'hung'}")
+            return {}
+        seen = self._poll_gpus(self.reader, b, int(count.value or 0), state, now)
+        _count(b, int(count.value or 0), seen, candidates, state, cfg.expected_count)
+        self._save(state, seen)
+        return seen
 
-    try:
-        library = nvml_library(check.ctx, check.cfg)
-    except nvml.NvmlUnavailable as exc:
-        return None, str(exc)
-    res = check.prober.call("init", lambda: nvml.init(library), check.cfg.call_timeout)
-    if res.hung_for is not None:
-        return None, f"nvmlInit has not returned for {res.hung_for:.0f}s"
-    if res.error is not None:
-        return None, str(res.error)
-    return res.value, ""
-
-
-def _poll_gpus(check: GpuCheck, b: ObservationBuilder, count: int, state: dict[str, Any], now: float) -> dict[str, int]:
-    """Reads and judges each GPU; returns PCI address → index of those that answered."""
-    cfg = check.cfg
-    limits = Limits(cfg.ecc_corrected_rate, cfg.nvlink_error_rate)
-    seen: dict[str, int] = {}
-    reader: Reader = check.reader
-    for i in range(count):
-        res = check.prober.call(("gpu", i), partial(reader.read, i), cfg.call_timeout)
+    def _init(self) -> tuple[ModuleType | None, str]:
+        """pynvml ready for use, or None and why not (nvmlInit itself can hang)."""
+        try:
+            library = nvml_library(self.paths, self.cfg)
+        except nvml.NvmlUnavailable as exc:
+            return None, str(exc)
+        res = self.prober.call("init", lambda: nvml.init(library), self.cfg.call_timeout)
         if res.hung_for is not None:
-            b.sample("node_health_gpu_up", 0, gpu=str(i))
-            b.finding(f"gpu{i}", "NvmlCallHung", f"NVML calls for this GPU have not returned for {res.hung_for:.0f}s")
-            continue
+            return None, f"nvmlInit has not returned for {res.hung_for:.0f}s"
         if res.error is not None:
-            b.finding(f"gpu{i}", "NvmlError", f"reading the GPU failed: {type(res.error).__name__}: {res.error}")
-            continue
-        r = res.value
-        assert r is not None
-        key = r.uuid or r.pci or f"#{i}"
-        state["gpus"][key] = judge(r, state["gpus"].get(key, {}), limits, now, b)
-        if r.pci:
-            seen[r.pci] = i
-    return seen
+            return None, str(res.error)
+        return res.value, ""
+
+    def _poll_gpus(self, reader: Reader, b: ObservationBuilder, count: int, state: dict[str, Any], now: float) -> dict[str, int]:
+        """Reads and judges each GPU; returns PCI address → index of those that answered."""
+        cfg = self.cfg
+        limits = Limits(cfg.ecc_corrected_rate, cfg.nvlink_error_rate)
+        seen: dict[str, int] = {}
+        for i in range(count):
+            res = self.prober.call(("gpu", i), partial(reader.read, i), cfg.call_timeout)
+            if res.hung_for is not None:
+                b.sample("node_health_gpu_up", 0, gpu=str(i))
+                b.finding(f"gpu{i}", "NvmlCallHung", f"NVML calls for this GPU have not returned for {res.hung_for:.0f}s")
+                continue
+            if res.error is not None:
+                b.finding(f"gpu{i}", "NvmlError", f"reading the GPU failed: {type(res.error).__name__}: {res.error}")
+                continue
+            r = res.value
+            assert r is not None
+            key = r.uuid or r.pci or f"#{i}"
+            state["gpus"][key] = judge(r, state["gpus"].get(key, {}), limits, now, b)
+            if r.pci:
+                seen[r.pci] = i
+        return seen
+
+    def _save(self, state: dict[str, Any], seen: dict[str, int]) -> None:
+        state["seen"] = sorted(set(state.get("seen", [])) | set(seen))
+        try:
+            self.state.write_json(POLL_STATE, state)
+            if seen:
+                old = self.state.read_json(INVENTORY) or {}
+                index = old.get("index", {}) if old.get("boot") == state["boot"] else {}
+                if {**index, **seen} != index:
+                    self.state.write_json(INVENTORY, {"boot": state["boot"], "index": {**index, **seen}})
+        except OSError as exc:  # selftest as a user without the state dir: deltas start afresh next time
+            log.debug("cannot save GPU poll state in %s: %s", self.state.path, exc)
 
 
 def _count(b: ObservationBuilder, count: int, seen: dict[str, int], candidates: list[str], state: dict[str, Any], expected_cfg: int) -> None:
@@ -130,16 +145,3 @@ def _unavailable(b: ObservationBuilder, why: str, candidates: list[str], expecte
     b.finding("nvml", "NvmlUnavailable", why + on_bus)
     if expected and len(candidates) < expected:
         b.finding("gpus", "GpuMissing", f"{len(candidates)} NVIDIA GPUs on the PCI bus, {expected} expected")
-
-
-def _save(check: GpuCheck, state: dict[str, Any], seen: dict[str, int]) -> None:
-    state["seen"] = sorted(set(state.get("seen", [])) | set(seen))
-    try:
-        check.state.write_json(POLL_STATE, state)
-        if seen:
-            old = check.state.read_json(INVENTORY) or {}
-            index = old.get("index", {}) if old.get("boot") == state["boot"] else {}
-            if {**index, **seen} != index:
-                check.state.write_json(INVENTORY, {"boot": state["boot"], "index": {**index, **seen}})
-    except OSError as exc:  # selftest as a user without the state dir: deltas start afresh next time
-        log.debug("cannot save GPU poll state in %s: %s", check.state.path, exc)

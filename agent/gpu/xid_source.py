@@ -18,15 +18,15 @@ from typing import TYPE_CHECKING
 from .. import native
 from ..findings import Finding, ObservationBuilder, Sample, Severity
 from ..sources import Emit
-from ..state import StateDir, boot_id
+from ..statedir import StateDir, boot_id
 from .kmsg import Kmsg, KmsgError, Record
 from .nvmlevents import NvmlEvents
 from .pci import bus_gpus, normalize
-from .xidstream import CHECK, Event, XidStream
+from .xid_tracker import CHECK, Event, XidStream
 
 if TYPE_CHECKING:
-    from ..checks import CheckContext
-    from ..checks.gpu import GpuConfig
+    from ..check import CheckContext
+    from .settings import GpuConfig
 
 log = logging.getLogger(__name__)
 

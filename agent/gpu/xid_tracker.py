@@ -26,7 +26,7 @@ from typing import Any
 
 from ..findings import Finding, Sample, Severity
 from ..parsers.xid import KIND_DRIVER_LOADED, KIND_FALLEN_OFF_BUS
-from .xids import ACTION_TEXT, classify, metric_label
+from .xid_catalog import ACTION_TEXT, classify, metric_label
 
 CHECK = "xid"
 

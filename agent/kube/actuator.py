@@ -25,7 +25,7 @@ from typing import Any
 
 from ..config import Config
 from ..findings import Finding, Sample
-from ..state import StateDir
+from ..statedir import StateDir
 from ..store import Snapshot
 from . import SOURCE
 from .api import ApiError, KubeApi, Stats, Wait

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..findings import Finding, Sample, Severity
-from ..state import StateDir
+from ..statedir import StateDir
 from ..store import Snapshot
 from . import SOURCE
 from .api import ApiError, KubeApi, Stats, Wait

@@ -17,7 +17,7 @@ from types import TracebackType
 from typing import Any, Self
 
 from ..hostpaths import HostPaths, read_text
-from ..state import StateDir, boot_id
+from ..statedir import StateDir, boot_id
 
 log = logging.getLogger(__name__)
 

@@ -22,8 +22,8 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from ..schema import host_port, split_host_port
 from ..probe import Prober
+from ..schema import host_port, split_host_port
 
 log = logging.getLogger(__name__)
 

@@ -11,9 +11,11 @@ verdicts, only jumps into our chains and RETURNs out of them.
 - `tools`, `nft`, `legacy`, `detect`: the two iptables backends (iptables-nft
   through ``iptables-nft-restore``, iptables-legacy through python-iptables)
   and the choice between them, the way kube-proxy's iptables-wrapper makes it.
-- `reconcile`: read (``iptables-save -c``, parsed natively), compare, repair.
+- `rule_sync`: read (``iptables-save -c``, parsed natively), compare, repair.
 - `tally`: counters that stay monotonic across rule re-creation and restarts.
-- `cli`: ``agent rules show|install|remove``.
+- `settings`: the ``[checks.traffic]`` section; `catalog`: its reasons and metrics;
+  `keeper`: the engine the check (`agent.checks.traffic`) runs.
+- ``agent rules show|install|remove`` is in `agent.cli.traffic`.
 
 docs/traffic.md describes the design with an example ruleset.
 """

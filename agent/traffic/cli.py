@@ -17,7 +17,7 @@ import sys
 from typing import Any
 
 from .detect import Backend, backend_named, resolve
-from .reconcile import clear_strays, has_ours, read, reconcile, remove
+from .rule_sync import clear_strays, has_ours, read, reconcile, remove
 from .rules import CHAINS, DIRECTIONS, FAMILIES, Current, desired, plan_for
 from .tools import CAP_NET_ADMIN, CAP_NET_RAW, TrafficError, missing_caps
 

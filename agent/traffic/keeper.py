@@ -1,4 +1,4 @@
-"""What the traffic check does on each run (see `agent.checks.traffic`)."""
+"""The traffic engine: what the traffic check does on each run (see `agent.checks.traffic`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from ..findings import ObservationBuilder, Severity
 from ..parsers.iptsave import KIND_RULE
 from .detect import Backend, resolve
-from .reconcile import Outcome, clear_strays, reconcile
+from .rule_sync import Outcome, clear_strays, reconcile
 from .rules import DIRECTIONS, FAMILIES, Current, Desired, desired, generation
 from .tally import Tallies
 from .tools import (
@@ -24,8 +24,8 @@ from .tools import (
 )
 
 if TYPE_CHECKING:
-    from ..checks import CheckContext
-    from ..checks.traffic import TrafficConfig
+    from ..check import CheckContext
+    from .settings import TrafficConfig
 
 log = logging.getLogger(__name__)
 

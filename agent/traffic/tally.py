@@ -21,7 +21,7 @@ import logging
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ..state import StateDir
+from ..statedir import StateDir
 
 log = logging.getLogger(__name__)
 

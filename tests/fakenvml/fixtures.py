@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import pytest
 from conftest import skip_or_fail
 
-from agent.checks import CheckContext
+from agent.check import CheckContext
 from agent.config import parse
 from agent.hostpaths import HostPaths
 

@@ -1,0 +1,58 @@
+"""The ``[checks.gpu]`` section and where the NVML library is found."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from ..findings import Severity
+from ..hostpaths import HostPaths
+from ..schema import CheckConfig, opt
+from . import xid_catalog
+
+SEVERITIES = ("info", "warning", "critical")
+
+
+@dataclass(frozen=True)
+class GpuConfig(CheckConfig):
+    interval: float = opt(30.0, "Time between NVML polls.", duration=True, min=1)
+    timeout: float = opt(60.0, "A poll longer than this is reported as CheckTimeout.", duration=True, min=0.1)
+    nvml_library: str = opt("", "Path of libnvidia-ml.so.1 (host path); empty: the normal library lookup.")
+    driver_root: str = opt("", 'Host root of a containerised driver (e.g. "/run/nvidia/driver"); its libnvidia-ml.so.1 is used.')
+    call_timeout: float = opt(5.0, "NVML calls for one GPU longer than this are reported as NvmlCallHung.", duration=True, min=0.1)
+    expected_count: int = opt(0, "GPUs this node must have; 0: the NVIDIA GPUs on the PCI bus (and those seen this boot).", min=0)
+    ecc_corrected_rate: float = opt(1000.0, "Corrected ECC errors per hour above which EccCorrectedRate is raised; 0: never.", min=0)
+    nvlink_error_rate: float = opt(100.0, "NVLink CRC + replay errors per second on one link above which NvLinkErrors is raised.", min=0)
+    xid_events: bool = opt(True, "Follow Xid errors as they happen (NVML events and the kernel log).")
+    kmsg_path: str = opt("/dev/kmsg", "Kernel log to follow (host path); also a file or FIFO of /dev/kmsg records.")
+    dedupe_window: float = opt(10.0, "An Xid from NVML and from the kernel log for the same GPU within this window is one event.", duration=True, min=0.1, max=600)
+    app_xid_hold: float = opt(300.0, "How long a finding for an Xid whose action is none or restart_app stays.", duration=True, min=0)
+    coverage_lost_hold: float = opt(3600.0, "How long KmsgCoverageLost stays after the last lost record.", duration=True, min=0)
+    xid_severity: Mapping[str, str] = opt(
+        MappingProxyType({}), 'Severity per Xid, overriding the catalog: { "109" = "warning", "13" = "critical" }.'
+    )
+
+    def validate(self) -> tuple[str, str] | None:
+        if self.nvml_library and self.driver_root:
+            return "driver_root", "set either nvml_library or driver_root, not both"
+        for key, value in self.xid_severity.items():
+            if not key.isdigit() or int(key) not in xid_catalog.catalog():
+                return f"xid_severity.{key}", f'expected an Xid from the catalog (see "agent xid {key}"), got "{key}"'
+            if value not in SEVERITIES:
+                return f"xid_severity.{key}", f'expected one of "info", "warning", "critical", got "{value}"'
+        return None
+
+    def severity_overrides(self) -> dict[int, Severity]:
+        return {int(k): Severity(v) for k, v in self.xid_severity.items()}
+
+
+def nvml_library(paths: HostPaths, cfg: GpuConfig) -> str:
+    """The library to load ("" for the normal lookup), resolved under the host root."""
+    from . import nvml
+
+    if cfg.nvml_library:
+        return paths.root(cfg.nvml_library)
+    if cfg.driver_root:
+        return nvml.find_library(paths.root(cfg.driver_root))
+    return ""
