@@ -143,7 +143,7 @@ class Daemon:
             self.scheduler.call_soon(lambda: self.store.set_extra("kubernetes", samples))
 
         self.kube = start(
-            self.cfg, node_name(self.cfg), self.state, kubeconfig=self.opts.kubeconfig, dry_run=self.opts.dry_run,
+            self.cfg.kubernetes, node_name(self.cfg), self.state, kubeconfig=self.opts.kubeconfig, dry_run=self.opts.dry_run,
             publish_samples=publish,
         )
 

@@ -115,7 +115,7 @@ def test_no_gpu_host_passes_as_a_real_process(tmp_path: Path) -> None:
 def test_the_table_shows_power_clock_and_temperature_from_nvml() -> None:
     import io
 
-    from agent.burn.command import render
+    from agent.cli.burn import render
     from agent.burn.model import BurnReport, Fault, GpuVerdict, Problem, Telemetry
 
     seen = Telemetry(power_watts_mean=688.4, sm_clock_hz_mean=1.98e9, temperature_max_c=71.0, samples=60)

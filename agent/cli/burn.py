@@ -14,19 +14,18 @@ import json
 import sys
 from typing import Any, TextIO
 
-from .model import BurnReport, GpuVerdict
+from ..burn.model import BurnReport, GpuVerdict
+from .shared import UsageError, common_flags, overrides
 
 
 def register(sub: Any) -> None:
-    from ..cli import _common
-
     p = sub.add_parser(
         "burn",
         help="burn the GPUs now and print the result (exit 0 pass, 1 fail)",
         description="Stress every GPU (GEMM on the tensor cores, memory pattern test) in parallel, "
         "verify the results, compare the GPUs, watch NVML; print one line per GPU.",
     )
-    _common(p)
+    common_flags(p)
     p.add_argument(
         "--seconds", type=float, metavar="N", help="burn each GPU for N seconds (default: checks.burn.duration)"
     )
@@ -37,8 +36,6 @@ def register(sub: Any) -> None:
 
 
 def parse_gpus(text: str | None) -> list[int] | None:
-    from ..cli import UsageError
-
     if text is None:
         return None
     out = []
@@ -50,16 +47,13 @@ def parse_gpus(text: str | None) -> list[int] | None:
 
 
 def check_seconds(seconds: float | None, flag: str) -> None:
-    from ..cli import UsageError
-
     if seconds is not None and not seconds > 0:
         raise UsageError(f"{flag}: expected a number of seconds above 0, got {seconds:g}")
 
 
 def burn(cfg: Any, seconds: float | None, gpus: list[int] | None, backend: str | None = None) -> BurnReport:
-    from ..cli import UsageError
+    from ..burn.settings import runner as make_runner
     from ..runtime import host_paths
-    from .settings import runner as make_runner
 
     bcfg = cfg.checks["burn"]
     if backend:
@@ -76,10 +70,9 @@ def burn(cfg: Any, seconds: float | None, gpus: list[int] | None, backend: str |
 
 def cmd_burn(args: argparse.Namespace) -> int:
     from .. import logs
-    from ..cli import _overrides
     from ..runtime import load_config
 
-    cfg = load_config(_overrides(args))
+    cfg = load_config(overrides(args))
     logs.setup(args.log_level or "warning", cfg.agent.log_format)
     check_seconds(args.seconds, "--seconds")
     report = burn(cfg, args.seconds, parse_gpus(args.gpus), args.backend)
@@ -93,7 +86,7 @@ def cmd_burn(args: argparse.Namespace) -> int:
 
 def selftest_burn(cfg: Any, store: Any, seconds: float) -> None:
     """`agent selftest --burn SECONDS`: the burn's findings join the table."""
-    from .publish import findings, samples
+    from ..burn.publish import findings, samples
 
     check_seconds(seconds, "--burn")
     report = burn(cfg, seconds, None)

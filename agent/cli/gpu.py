@@ -14,10 +14,10 @@ import json
 import sys
 from typing import Any
 
-from ..cli import UsageError
 from ..findings import Severity
+from ..gpu.xid_catalog import ACTION_TEXT, classify, lookup
 from ..parsers.xid import KIND_DRIVER_LOADED
-from .xid_catalog import ACTION_TEXT, classify, lookup
+from .shared import UsageError
 
 MAX_INPUT = 1 << 30
 

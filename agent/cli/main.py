@@ -2,41 +2,21 @@
 
 Exit codes everywhere: 0 healthy or done, 1 a warning or critical finding,
 2 bad usage, bad config or bad input (one line on stderr, no traceback).
-Feature commands (scan-log, rules, burn, …) live in their own modules listed
-in `COMMAND_MODULES`; each has ``register(subparsers)`` and sets ``func``.
+Feature commands (scan-log and xid, rules, burn) live in their own modules
+of this package (`gpu`, `traffic`, `burn`); each has ``register(subparsers)``
+and sets ``func``. What they share is in `agent.cli.shared`.
 """
 
 from __future__ import annotations
 
 import argparse
-import difflib
-import importlib
 import platform
 import sys
 from collections.abc import Sequence
-from typing import Any, NoReturn
 
-from . import __version__
-
-COMMAND_MODULES: tuple[str, ...] = ("agent.gpu.cli", "agent.traffic.cli", "agent.burn.command")
-
-
-class UsageError(Exception):
-    """Bad input from the command line: exit 2 with one line."""
-
-
-class Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
-
-
-def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", metavar="FILE", help="config file (default: the embedded config/agent.toml)")
-    p.add_argument("--path.procfs", dest="procfs", metavar="DIR", help="host /proc (default /proc)")
-    p.add_argument("--path.sysfs", dest="sysfs", metavar="DIR", help="host /sys (default /sys)")
-    p.add_argument("--path.rootfs", dest="rootfs", metavar="DIR", help="host / (default /)")
-    p.add_argument("--log-format", choices=("text", "json"), help="text on a terminal, JSON lines otherwise by default")
-    p.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
+from .. import __version__
+from .shared import Parser, UsageError, did_you_mean, overrides
+from .shared import common_flags as _common
 
 
 def build_parser() -> Parser:
@@ -77,66 +57,55 @@ def build_parser() -> Parser:
     docs.add_argument("what", choices=("config", "metrics", "reasons"))
     docs.set_defaults(func=cmd_docs)
 
-    for modname in COMMAND_MODULES:
-        importlib.import_module(modname).register(sub)
+    # Imported here, inside main()'s error handling: they import the parsers,
+    # so a bad NODE_HEALTH_AGENT_PARSERS surfaces as one line.
+    from . import burn, gpu, traffic
+
+    for command in (gpu, traffic, burn):
+        command.register(sub)
     return parser
 
 
 # ---------------------------------------------------------------- commands
 
 
-def _overrides(args: argparse.Namespace) -> Any:
-    from .runtime import Overrides
-
-    return Overrides(
-        config_path=args.config,
-        listen=getattr(args, "listen", None),
-        state_dir=getattr(args, "state_dir", None),
-        procfs=args.procfs,
-        sysfs=args.sysfs,
-        rootfs=args.rootfs,
-        log_format=args.log_format,
-        log_level=args.log_level,
-    )
-
-
 def cmd_run(args: argparse.Namespace) -> int:
-    from . import logs
-    from .daemon import Daemon, RunOptions
-    from .runtime import load_config
+    from .. import logs
+    from ..daemon import Daemon, RunOptions
+    from ..runtime import load_config
 
-    ov = _overrides(args)
+    ov = overrides(args)
     cfg = load_config(ov)
     logs.setup(cfg.agent.log_level, cfg.agent.log_format)
     return Daemon(cfg, ov, RunOptions(once=args.once, dry_run=args.dry_run, kubeconfig=args.kubeconfig)).run()
 
 
 def cmd_selftest(args: argparse.Namespace) -> int:
-    from . import logs, selftest
-    from .registry import CHECKS
-    from .runtime import build_checks, load_config, state_dir
-    from .scheduler import Scheduler
-    from .store import Store
+    from .. import logs, selftest
+    from ..registry import CHECKS
+    from ..runtime import build_checks, load_config, state_dir
+    from ..scheduler import Scheduler
+    from ..store import Store
 
-    cfg = load_config(_overrides(args))
+    cfg = load_config(overrides(args))
     logs.setup(args.log_level or "warning", cfg.agent.log_format)
     for name in args.only or ():
         if name not in CHECKS:
-            raise UsageError(f"--only: unknown check \"{name}\"{_did_you_mean(name, CHECKS)}")
+            raise UsageError(f"--only: unknown check \"{name}\"{did_you_mean(name, CHECKS)}")
     store = Store()
     sched = Scheduler(store)
     # A selftest looks and changes nothing (no rules installed, no state written).
     sched.configure(build_checks(cfg, state_dir(cfg, explicit=False), args.only, dry_run=True), immediate=True)
     sched.run_once()
     if args.burn is not None:
-        from .burn.command import selftest_burn
+        from .burn import selftest_burn
 
         selftest_burn(cfg, store, args.burn)
     return selftest.render(store.snapshot(), args.json)
 
 
 def cmd_config_check(args: argparse.Namespace) -> int:
-    from .config import load
+    from ..config import load
 
     load(args.file)
     print(f"{args.file}: ok")
@@ -144,7 +113,7 @@ def cmd_config_check(args: argparse.Namespace) -> int:
 
 
 def cmd_config_show(args: argparse.Namespace) -> int:
-    from .config import load, to_toml
+    from ..config import load, to_toml
 
     cfg = load(args.config)
     sys.stdout.write(f"# effective configuration from {cfg.source}\n{to_toml(cfg)}")
@@ -152,7 +121,7 @@ def cmd_config_show(args: argparse.Namespace) -> int:
 
 
 def cmd_version(args: argparse.Namespace) -> int:
-    from . import native
+    from .. import native
 
     print(f"node-health-agent {__version__}")
     print(f"parsers: {native.describe()}")
@@ -161,23 +130,18 @@ def cmd_version(args: argparse.Namespace) -> int:
 
 
 def cmd_docs(args: argparse.Namespace) -> int:
-    from . import docs
+    from .. import docs
 
     sys.stdout.write(docs.render(args.what))
     return 0
-
-
-def _did_you_mean(word: str, choices: Any) -> str:
-    close = difflib.get_close_matches(word, list(choices), n=1)
-    return f' (did you mean "{close[0]}"?)' if close else f"; expected one of {', '.join(choices)}"
 
 
 # ---------------------------------------------------------------- entry point
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from .schema import ConfigError
-    from .statedir import StateDirError
+    from ..schema import ConfigError
+    from ..statedir import StateDirError
 
     try:
         # Feature command modules import the parsers: a bad NODE_HEALTH_AGENT_PARSERS

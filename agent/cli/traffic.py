@@ -16,15 +16,14 @@ import json
 import sys
 from typing import Any
 
-from .detect import Backend, backend_named, resolve
-from .rule_sync import clear_strays, has_ours, read, reconcile, remove
-from .rules import CHAINS, DIRECTIONS, FAMILIES, Current, desired, plan_for
-from .tools import CAP_NET_ADMIN, CAP_NET_RAW, TrafficError, missing_caps
+from ..traffic.detect import Backend, backend_named, resolve
+from ..traffic.rule_sync import clear_strays, has_ours, read, reconcile, remove
+from ..traffic.rules import CHAINS, DIRECTIONS, FAMILIES, Current, desired, plan_for
+from ..traffic.tools import CAP_NET_ADMIN, CAP_NET_RAW, TrafficError, missing_caps
+from .shared import Parser
 
 
 def register(sub: Any) -> None:
-    from ..cli import Parser
-
     rules = sub.add_parser("rules", help="show, install or remove the traffic accounting rules")
     actions = rules.add_subparsers(dest="rules_command", metavar="ACTION", parser_class=Parser)
     actions.required = True

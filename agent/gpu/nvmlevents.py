@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..findings import Finding, Severity
 from ..parsers.xid import KIND_XID
@@ -23,7 +24,8 @@ from .pci import normalize
 from .xid_tracker import CHECK, Event
 
 if TYPE_CHECKING:
-    from .xid_source import XidSource
+    from ..check import CheckContext
+    from .settings import GpuConfig
 
 log = logging.getLogger(__name__)
 
@@ -36,8 +38,20 @@ def _addr(handle: Any) -> int:
     return int(ctypes.cast(handle, ctypes.c_void_p).value or 0)
 
 
+class Sink(Protocol):
+    """Where the events go (`agent.gpu.xid_source.XidSource`)."""
+
+    ctx: CheckContext
+    cfg: GpuConfig
+    stop_event: threading.Event
+
+    def add(self, events: list[Event]) -> None: ...
+
+    def set_status(self, key: str, finding: Finding | None, up: float | None = None) -> None: ...
+
+
 class NvmlEvents:
-    def __init__(self, source: XidSource) -> None:
+    def __init__(self, source: Sink) -> None:
         self.src = source
         self.gpus: dict[int, tuple[int, str]] = {}  # handle address → (index, pci)
 

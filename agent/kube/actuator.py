@@ -23,14 +23,13 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from ..config import Config
 from ..findings import Finding, Sample
 from ..statedir import StateDir
 from ..store import Snapshot
 from . import SOURCE
 from .api import ApiError, KubeApi, Stats, Wait
 from .reconciler import Reconciler
-from .settings import KillSwitchSection
+from .settings import KillSwitchSection, KubernetesSection
 
 log = logging.getLogger(__name__)
 
@@ -219,11 +218,10 @@ class Actuator:
 
 
 def start(
-    cfg: Config, node: str, state: StateDir, *, kubeconfig: str | None, dry_run: bool,
+    k: KubernetesSection, node: str, state: StateDir, *, kubeconfig: str | None, dry_run: bool,
     publish_samples: Callable[[list[Sample]], None],
 ) -> Actuator | None:
     """Build and start the actuator (None when the feature is off). Raises ConfigError for bad credentials."""
-    k = cfg.kubernetes
     if not k.enabled:
         return None
     from .connect import build_client, find_cluster

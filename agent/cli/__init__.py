@@ -1,0 +1,7 @@
+"""The `agent` command: `main` parses the command line (`agent.cli.main`);
+each feature's commands are a module here (`gpu`, `traffic`, `burn`); what
+they share (usage errors, common flags, overrides) is `agent.cli.shared`."""
+
+from __future__ import annotations
+
+from .main import main as main

@@ -1,0 +1,51 @@
+"""What the commands share: the usage error, the parser class, the common
+flags and how they lay over the config (`Overrides`)."""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+from typing import TYPE_CHECKING, Any, NoReturn
+
+if TYPE_CHECKING:
+    from ..runtime import Overrides
+
+
+class UsageError(Exception):
+    """Bad input from the command line: exit 2 with one line."""
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def common_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", metavar="FILE", help="config file (default: the embedded config/agent.toml)")
+    p.add_argument("--path.procfs", dest="procfs", metavar="DIR", help="host /proc (default /proc)")
+    p.add_argument("--path.sysfs", dest="sysfs", metavar="DIR", help="host /sys (default /sys)")
+    p.add_argument("--path.rootfs", dest="rootfs", metavar="DIR", help="host / (default /)")
+    p.add_argument("--log-format", choices=("text", "json"), help="text on a terminal, JSON lines otherwise by default")
+    p.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
+
+
+def overrides(args: argparse.Namespace) -> Overrides:
+    """The flags of `common_flags` (and --listen, --state-dir where a command has them) as `Overrides`."""
+    from ..runtime import Overrides
+
+
+    return Overrides(
+        config_path=args.config,
+        listen=getattr(args, "listen", None),
+        state_dir=getattr(args, "state_dir", None),
+        procfs=args.procfs,
+        sysfs=args.sysfs,
+        rootfs=args.rootfs,
+        log_format=args.log_format,
+        log_level=args.log_level,
+    )
+
+
+def did_you_mean(word: str, choices: Any) -> str:
+    close = difflib.get_close_matches(word, list(choices), n=1)
+    return f' (did you mean "{close[0]}"?)' if close else f"; expected one of {', '.join(choices)}"
