@@ -25,7 +25,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from ..parsers._text import u64
+from ..parsers.text import u64
 
 FILE_POLL = 0.02
 READ_SIZE = 8192  # the kernel's record limit (CONSOLE_EXT_LOG_MAX) is 8 KiB

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from ._text import decode, u64
+from .text import decode, u64
 
 
 class DiskStats(NamedTuple):

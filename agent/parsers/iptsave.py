@@ -15,7 +15,7 @@ import re
 from collections.abc import Iterator
 from typing import NamedTuple
 
-from ._text import decode, u64
+from .text import decode, u64
 
 CHAIN_PREFIX = b"NODE-HEALTH-"
 COMMENT_PREFIX = b"node-health-agent:"

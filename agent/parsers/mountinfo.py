@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from ._text import decode, u64, unescape_octal
+from .text import decode, u64, unescape_octal
 
 
 class MountInfo(NamedTuple):

@@ -43,7 +43,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from ._text import decode, u64
+from .text import decode, u64
 
 KIND_XID = 1
 KIND_SXID = 2

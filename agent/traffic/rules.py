@@ -31,9 +31,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
-from ..parsers._text import decode
 from ..parsers.iptsave import COMMENT_PREFIX as _PREFIX_BYTES
 from ..parsers.iptsave import IptRecord, tokens
+from ..parsers.text import decode
 
 COMMENT_PREFIX = _PREFIX_BYTES.decode()
 TABLE = "mangle"
