@@ -179,6 +179,8 @@ impl<'a> Out<'a> {
 ///
 /// # Safety
 /// Pointers must be valid for the given lengths (null is allowed when the length is 0).
+// The arguments are the C ABI every exported parser has (agent/native.py calls it), passed through as they are.
+#[allow(clippy::too_many_arguments)]
 pub unsafe fn run_parser(
     input: *const u8,
     input_len: usize,

@@ -239,8 +239,17 @@ fn trim_spaces_left(s: &[u8]) -> &[u8] {
     &s[start..]
 }
 
-/// `PCI:0000:3b:00 GPU-I:05): 79, tail` → (pci, mig, number, tail after the number and comma).
-fn paren_head(s: &[u8]) -> Option<(&[u8], &[u8], u64, &[u8])> {
+/// What `paren_head` reads from `PCI:0000:3b:00 GPU-I:05): 79, tail`.
+struct Head<'a> {
+    pci: &'a [u8],
+    mig: &'a [u8],
+    number: u64,
+    /// The tail after the number and its comma.
+    body: &'a [u8],
+}
+
+/// `PCI:0000:3b:00 GPU-I:05): 79, tail` → its `Head`.
+fn paren_head(s: &[u8]) -> Option<Head<'_>> {
     let close = s.iter().position(|&b| b == b')')?;
     let mut inner = &s[..close];
     if let Some(t) = inner.strip_prefix(b"PCI:") {
@@ -262,11 +271,11 @@ fn paren_head(s: &[u8]) -> Option<(&[u8], &[u8], u64, &[u8])> {
     } else {
         trim_spaces_left(tail.strip_prefix(b",")?)
     };
-    Some((pci, trim(mig), number, body))
+    Some(Head { pci, mig: trim(mig), number, body })
 }
 
 fn xid(s: &[u8]) -> Option<Rec<'_>> {
-    let (pci, mig, xid, mut body) = paren_head(s)?;
+    let Head { pci, mig, number: xid, mut body } = paren_head(s)?;
     let (mut pid, mut name): (&[u8], &[u8]) = (b"", b"");
     if body.starts_with(b"pid=") {
         match find(body, b", ") {
@@ -311,7 +320,7 @@ fn sxid(rest: &[u8]) -> Option<Rec<'_>> {
     if digits(rest) != s {
         return None;
     }
-    let (pci, mig, number, body) = paren_head(&rest[s + 8..])?;
+    let Head { pci, mig, number, body } = paren_head(&rest[s + 8..])?;
     Some(Rec { kind: KIND_SXID, xid: number, caused: 0, pci, pid: b"", name: b"", mig, msg: trim(body) })
 }
 
