@@ -1,37 +1,25 @@
 """The catalog of finding reasons and metric names.
 
 Every reason a check can emit and every metric the agent can export is
-declared here or in a feature module listed in `FEATURE_MODULES` (each has a
-`REASONS` and a `METRICS` tuple). A test fails when code emits a name that is
-not declared, and the README's reference tables are generated from it
-(`agent docs`), so catalog, code and docs cannot drift apart.
+declared: the agent's own here (`CORE_REASONS`, `CORE_METRICS`), each
+feature's in its ``agent/<feature>/catalog.py`` (`REASONS`, `METRICS`, and its
+`Catalog` of them plus the core ones). `agent.registry` merges them into the
+one `Catalog` of the application, which is passed to the scheduler, the
+metrics renderer and the policy; a test builds its own. A test fails when
+code emits a name that is not declared, and the README's reference tables are
+generated from it (`agent docs`), so catalog, code and docs cannot drift apart.
 """
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from functools import cache
 from types import MappingProxyType
 from typing import Literal
 
 from .findings import Severity
 
 MetricKind = Literal["gauge", "counter"]
-
-# Feature modules that declare REASONS and METRICS. They keep heavy imports
-# (pyroute2, pynvml, kubernetes, iptc) inside functions, so listing them here
-# costs nothing at start.
-FEATURE_MODULES: tuple[str, ...] = (
-    "agent.checks.disk",
-    "agent.checks.network",
-    "agent.checks.gpu",
-    "agent.checks.traffic",
-    "agent.checks.burn",
-    "agent.kube",
-)
-
 
 @dataclass(frozen=True, slots=True)
 class Reason:
@@ -110,40 +98,48 @@ CORE_METRICS: tuple[MetricSpec, ...] = (
 )
 
 
-@cache
-def _load() -> tuple[Mapping[str, Reason], Mapping[str, MetricSpec]]:
-    reasons = {r.name: r for r in CORE_REASONS}
-    metrics = {m.name: m for m in CORE_METRICS}
-    for modname in FEATURE_MODULES:
-        mod = importlib.import_module(modname)
-        for r in getattr(mod, "REASONS", ()):
-            if r.name in reasons and reasons[r.name] != r:
-                raise RuntimeError(f"reason {r.name} declared twice with different entries ({modname})")
-            reasons[r.name] = r
-        for m in getattr(mod, "METRICS", ()):
-            if m.name in metrics and metrics[m.name] != m:
-                raise RuntimeError(f"metric {m.name} declared twice with different entries ({modname})")
-            metrics[m.name] = m
-    return MappingProxyType(reasons), MappingProxyType(metrics)
+@dataclass(frozen=True)
+class Catalog:
+    """Reasons and metrics by name: what may be emitted, with its severity, family, help and labels."""
+
+    reasons: Mapping[str, Reason]
+    metrics: Mapping[str, MetricSpec]
+
+    @classmethod
+    def declare(cls, reasons: Iterable[Reason] = (), metrics: Iterable[MetricSpec] = ()) -> Catalog:
+        """The core entries and these (a feature's `REASONS` and `METRICS`)."""
+        return cls.merge(_CORE, _of(reasons, metrics))
+
+    @classmethod
+    def merge(cls, *parts: Catalog) -> Catalog:
+        """One catalog of all `parts`; a name declared twice must be declared the same."""
+        return _of(
+            (r for part in parts for r in part.reasons.values()), (m for part in parts for m in part.metrics.values())
+        )
+
+    def reason(self, name: str) -> Reason:
+        try:
+            return self.reasons[name]
+        except KeyError:
+            raise KeyError(f"finding reason {name!r} is not in the catalog (agent/catalog.py)") from None
+
+    def metric(self, name: str) -> MetricSpec:
+        try:
+            return self.metrics[name]
+        except KeyError:
+            raise KeyError(f"metric {name!r} is not in the catalog (agent/catalog.py)") from None
 
 
-def reasons() -> Mapping[str, Reason]:
-    return _load()[0]
+def _of(reasons: Iterable[Reason], metrics: Iterable[MetricSpec]) -> Catalog:
+    by_reason: dict[str, Reason] = {}
+    by_metric: dict[str, MetricSpec] = {}
+    for r in reasons:
+        if by_reason.setdefault(r.name, r) != r:
+            raise ValueError(f"reason {r.name} declared twice with different entries")
+    for m in metrics:
+        if by_metric.setdefault(m.name, m) != m:
+            raise ValueError(f"metric {m.name} declared twice with different entries")
+    return Catalog(MappingProxyType(by_reason), MappingProxyType(by_metric))
 
 
-def metrics() -> Mapping[str, MetricSpec]:
-    return _load()[1]
-
-
-def reason(name: str) -> Reason:
-    try:
-        return reasons()[name]
-    except KeyError:
-        raise KeyError(f"finding reason {name!r} is not in the catalog (agent/catalog.py)") from None
-
-
-def metric(name: str) -> MetricSpec:
-    try:
-        return metrics()[name]
-    except KeyError:
-        raise KeyError(f"metric {name!r} is not in the catalog (agent/catalog.py)") from None
+_CORE = _of(CORE_REASONS, CORE_METRICS)

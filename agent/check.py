@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from .hostpaths import HostPaths
 
 if TYPE_CHECKING:
+    from .catalog import Catalog
     from .findings import Observation
     from .schema import CheckConfig, ConfigView
     from .sources import EventSource
@@ -48,5 +49,7 @@ class CheckSpec:
     summary: str
     config: type[CheckConfig]
     build: Callable[[CheckContext, Any], Check]
+    # The reasons and metrics the check (and its sources) may emit: its feature's catalog.
+    catalog: Catalog
     # Event sources that run beside the check while it is enabled (see agent.sources).
     sources: Callable[[CheckContext, Any], list[EventSource]] | None = None

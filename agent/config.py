@@ -24,7 +24,7 @@ from importlib import resources
 from types import MappingProxyType
 from typing import Any
 
-from . import catalog, registry
+from . import registry
 from .kube.settings import KubernetesSection
 from .schema import CheckConfig as CheckConfig
 from .schema import ConfigError as ConfigError
@@ -104,7 +104,7 @@ def _build_checks(raw: Any, source: str) -> Mapping[str, CheckConfig]:
 
 def _check_policy(k: KubernetesSection, source: str) -> None:
     """``[kubernetes.policy] overrides`` name checks and reasons of the registry."""
-    checks, reasons = registry.CHECKS, catalog.reasons()
+    checks, reasons = registry.CHECKS, registry.CATALOG.reasons
     for key in k.policy.overrides:
         check, _, reason = key.partition("/")
         problem = None

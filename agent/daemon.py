@@ -21,6 +21,7 @@ from .check import CheckContext
 from .config import Config, ConfigError
 from .findings import Finding, Sample, Severity
 from .metrics import MetricsServer, build_registry
+from .registry import CATALOG
 from .runtime import Overrides, build_checks, build_sources, host_paths, load_config, node_name, state_dir
 from .scheduler import Scheduler
 from .sdnotify import Notifier
@@ -57,7 +58,7 @@ class Daemon:
         self.overrides = overrides
         self.opts = opts
         self.store = Store()
-        self.scheduler = Scheduler(self.store, jitter=cfg.agent.jitter)
+        self.scheduler = Scheduler(self.store, CATALOG, jitter=cfg.agent.jitter)
         self.notifier = Notifier()
         self.stop = threading.Event()
         self.metrics: MetricsServer | None = None
@@ -143,7 +144,7 @@ class Daemon:
             self.scheduler.call_soon(lambda: self.store.set_extra("kubernetes", samples))
 
         self.kube = start(
-            self.cfg.kubernetes, node_name(self.cfg), self.state, kubeconfig=self.opts.kubeconfig, dry_run=self.opts.dry_run,
+            self.cfg.kubernetes, CATALOG, node_name(self.cfg), self.state, kubeconfig=self.opts.kubeconfig, dry_run=self.opts.dry_run,
             publish_samples=publish,
         )
 
@@ -153,7 +154,7 @@ class Daemon:
             self.kube = None
 
     def _start_metrics(self) -> None:
-        self.metrics = MetricsServer(self.cfg.metrics, build_registry(self.store), self.store)
+        self.metrics = MetricsServer(self.cfg.metrics, build_registry(self.store, CATALOG), self.store)
         self.metrics.start()
         log.info("serving /metrics on %s", self.cfg.metrics.listen)
 

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from . import catalog
 from .config import Config
-from .registry import CHECKS
+from .registry import CATALOG, CHECKS
 from .schema import fields_doc
 
 
@@ -30,13 +29,13 @@ def render(what: str) -> str:
     if what == "config":
         return _table(("key", "default", "meaning"), [(f"`{k}`", f"`{d}`", doc) for k, d, doc in config_rows()])
     if what == "metrics":
-        metrics = sorted(catalog.metrics().values(), key=lambda m: m.name)
+        metrics = sorted(CATALOG.metrics.values(), key=lambda m: m.name)
         return _table(
             ("metric", "type", "labels", "meaning"),
             [(f"`{m.name}`", m.kind, ", ".join(f"`{label}`" for label in m.labels), m.help) for m in metrics],
         )
     if what == "reasons":
-        reasons = sorted(catalog.reasons().values(), key=lambda r: r.name)
+        reasons = sorted(CATALOG.reasons.values(), key=lambda r: r.name)
         return _table(
             ("reason", "severity", "family", "meaning"),
             [(f"`{r.name}`", r.severity.value + (" (unknown)" if r.unknown else ""), r.family, r.summary) for r in reasons],

@@ -12,6 +12,7 @@ import enum
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import Protocol
 
 
 class Severity(enum.StrEnum):
@@ -73,11 +74,26 @@ class Observation:
         return max((f.severity for f in self.findings), key=lambda s: s.rank, default=None)
 
 
+class ReasonEntry(Protocol):
+    @property
+    def severity(self) -> Severity: ...
+
+    @property
+    def unknown(self) -> bool: ...
+
+
+class Reasons(Protocol):
+    """Where a builder looks a reason up (an `agent.catalog.Catalog`)."""
+
+    def reason(self, name: str) -> ReasonEntry: ...
+
+
 class ObservationBuilder:
     """What a check fills in during `run()`; `build()` freezes it."""
 
-    def __init__(self, check: str) -> None:
+    def __init__(self, check: str, catalog: Reasons) -> None:
         self.check = check
+        self.catalog = catalog
         self._samples: list[Sample] = []
         self._findings: list[Finding] = []
         self._subjects: dict[str, str] = {}
@@ -89,9 +105,7 @@ class ObservationBuilder:
         self, subject: str, reason: str, message: str, *, severity: Severity | None = None, unknown: bool | None = None
     ) -> Finding:
         """Record a finding; severity and unknown default to the reason's catalog entry."""
-        from .catalog import reason as lookup
-
-        entry = lookup(reason)
+        entry = self.catalog.reason(reason)
         f = Finding(
             check=self.check,
             subject=subject,

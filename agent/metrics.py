@@ -27,7 +27,8 @@ from prometheus_client.exposition import choose_encoder, generate_latest
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.utils import floatToGoString
 
-from . import __version__, catalog, native
+from . import __version__, native
+from .catalog import Catalog
 from .findings import Labels
 from .schema import split_host_port
 from .settings import MetricsSection
@@ -37,11 +38,11 @@ log = logging.getLogger(__name__)
 
 
 class AgentCollector:
-    def __init__(self, store: Store) -> None:
-        self._store = store
+    def __init__(self, store: Store, catalog: Catalog) -> None:
+        self._store, self._catalog = store, catalog
 
     def collect(self) -> Iterator[Metric]:
-        return iter(render_families(self._store.snapshot()))
+        return iter(render_families(self._store.snapshot(), self._catalog))
 
 
 class AgentRegistry(CollectorRegistry):
@@ -51,20 +52,21 @@ class AgentRegistry(CollectorRegistry):
     its cost (a busy node has ~2,000 series); other formats (OpenMetrics) go
     through prometheus_client as they are."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, catalog: Catalog) -> None:
         super().__init__(auto_describe=False)
         self.store = store
         self.process = ProcessCollector(registry=None)
-        self.renderer = TextRenderer()
-        self.register(AgentCollector(store))
+        self.renderer = TextRenderer(catalog)
+        self.register(AgentCollector(store, catalog))
         self.register(self.process)
 
     def text(self) -> bytes:
         return self.renderer.render(self.store.snapshot()).encode() + generate_latest(self.process)
 
 
-def build_registry(store: Store) -> AgentRegistry:
-    return AgentRegistry(store)
+def build_registry(store: Store, catalog: Catalog) -> AgentRegistry:
+    """The registry /metrics serves: every series of `store`, described by `catalog`."""
+    return AgentRegistry(store, catalog)
 
 
 # metric → [(labels, value)]: labels as (name, value) pairs, like `Sample.labels`; their
@@ -72,7 +74,7 @@ def build_registry(store: Store) -> AgentRegistry:
 Series = dict[str, list[tuple[Labels, float]]]
 
 
-def collect_series(snap: Snapshot) -> Series:
+def collect_series(snap: Snapshot, catalog: Catalog) -> Series:
     """Every series of the snapshot, grouped by metric, in exposition order."""
     fams: Series = {}
 
@@ -99,7 +101,7 @@ def collect_series(snap: Snapshot) -> Series:
         add("node_health_check_stuck", lab, 1 if st.stuck else 0)
     findings: list[tuple[Labels, float]] = [
         ((("check", c), ("subject", s), ("reason", r), ("severity", sev)), v)
-        for (c, s, r, sev), v in _findings(snap).items()
+        for (c, s, r, sev), v in _findings(snap, catalog).items()
     ]
     if findings:
         fams["node_health_finding"] = findings
@@ -111,8 +113,8 @@ def collect_series(snap: Snapshot) -> Series:
     return fams
 
 
-def _findings(snap: Snapshot) -> dict[tuple[str, str, str, str], int]:
-    reasons = catalog.reasons()
+def _findings(snap: Snapshot, catalog: Catalog) -> dict[tuple[str, str, str, str], int]:
+    reasons = catalog.reasons
     series: dict[tuple[str, str, str, str], int] = {}
     for name, st in snap.checks.items():
         for subject, reason in st.known:
@@ -125,16 +127,16 @@ def _findings(snap: Snapshot) -> dict[tuple[str, str, str, str], int]:
     return series
 
 
-def _family(name: str) -> Any:
+def _family(name: str, catalog: Catalog) -> Any:
     spec = catalog.metric(name)
     cls = CounterMetricFamily if spec.kind == "counter" else GaugeMetricFamily
     return cls(name, spec.help, labels=list(spec.labels))
 
 
-def render_families(snap: Snapshot) -> list[Metric]:
+def render_families(snap: Snapshot, catalog: Catalog) -> list[Metric]:
     out = []
-    for name, series in collect_series(snap).items():
-        fam = _family(name)
+    for name, series in collect_series(snap, catalog).items():
+        fam = _family(name, catalog)
         for labels, value in series:
             fam.add_metric([v for _, v in labels], value)
         out.append(fam)
@@ -150,15 +152,16 @@ class TextRenderer:
     subjects stay), so their formatted text is kept from the last render, and
     only from the last: a subject that went away is dropped with it."""
 
-    def __init__(self) -> None:
+    def __init__(self, catalog: Catalog) -> None:
+        self.catalog = catalog
         self._prefixes: dict[str, dict[Labels, str]] = {}  # metric → labels → "name{...} "
 
     def render(self, snap: Snapshot) -> str:
         kept: dict[str, dict[Labels, str]] = self._prefixes
         prefixes: dict[str, dict[Labels, str]] = {}
         out: list[str] = []
-        for name, series in collect_series(snap).items():
-            spec = catalog.metric(name)
+        for name, series in collect_series(snap, self.catalog).items():
+            spec = self.catalog.metric(name)
             if spec.kind == "counter":  # CounterMetricFamily's naming: the family without "_total", samples with it
                 name = name.removesuffix("_total") + "_total"
             doc = spec.help.replace("\\", r"\\").replace("\n", r"\n")

@@ -18,8 +18,9 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
+from .catalog import Catalog
 from .check import Check
-from .findings import Finding, Observation, Severity
+from .findings import Finding, Observation, ObservationBuilder
 from .schema import CheckConfig
 from .store import CheckStatus, Store
 
@@ -45,8 +46,11 @@ class _Entry:
 
 
 class Scheduler:
-    def __init__(self, store: Store, *, jitter: float = 0.1, rng: random.Random | None = None) -> None:
+    def __init__(
+        self, store: Store, catalog: Catalog, *, jitter: float = 0.1, rng: random.Random | None = None
+    ) -> None:
         self._store = store
+        self._catalog = catalog  # the agent's own findings about a check (CheckFailed, CheckTimeout)
         self._jitter = jitter
         self._rng = rng or random.Random()
         self._entries: dict[str, _Entry] = {}
@@ -186,7 +190,7 @@ class Scheduler:
         msg = f"{type(err).__name__}: {err}"
         (log.debug if e.failing else log.error)("check %s failed: %s", name, msg, exc_info=not e.failing)
         e.failing = True
-        finding = _finding(name, "CheckFailed", f"the check raised {msg}")
+        finding = self._finding(name, "CheckFailed", f"the check raised {msg}")
         self._store.update_check(
             name,
             lambda st: replace(
@@ -201,7 +205,7 @@ class Scheduler:
         name = e.check.name
         (log.debug if e.failing else log.error)("check %s passed its timeout of %.1fs", name, e.cfg.timeout)
         e.failing = True
-        finding = _finding(name, "CheckTimeout", f"still running after its timeout of {e.cfg.timeout:g}s")
+        finding = self._finding(name, "CheckTimeout", f"still running after its timeout of {e.cfg.timeout:g}s")
         self._store.update_check(
             name, lambda st: replace(st, ok=False, error=finding, timeouts=st.timeouts + 1, stuck=True)
         )
@@ -213,14 +217,14 @@ class Scheduler:
         name = e.check.name
         running_for = now - e.running.started
         log.warning("check %s not started: its previous run is stuck (%.0fs)", name, running_for)
-        finding = _finding(
+        finding = self._finding(
             name, "CheckTimeout", f"stuck for {running_for:.0f}s (timeout {e.cfg.timeout:g}s); not restarted while stuck"
         )
         self._store.update_check(name, lambda st: replace(st, error=finding, skipped=st.skipped + 1))
 
-
-def _finding(check: str, reason: str, message: str) -> Finding:
-    return Finding(check=check, subject=check, reason=reason, severity=Severity.WARNING, message=message, unknown=True)
+    def _finding(self, check: str, reason: str, message: str) -> Finding:
+        """A finding about the check itself, as the catalog declares its reason."""
+        return ObservationBuilder(check, self._catalog).finding(check, reason, message)
 
 
 __all__ = ["CheckStatus", "Scheduler"]

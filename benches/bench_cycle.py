@@ -24,6 +24,7 @@ import tempfile
 import time
 
 from agent.runtime import Overrides, build_checks, load_config
+from agent.registry import CATALOG
 from agent.scheduler import Scheduler
 from agent.store import Store
 
@@ -34,7 +35,7 @@ def process_cpu() -> float:
 
 
 def scheduler_cycle(checks: list) -> tuple[float, float]:  # type: ignore[type-arg]
-    sched = Scheduler(Store())
+    sched = Scheduler(Store(), CATALOG)
     sched.configure(checks, immediate=True)
     cpu, wall = process_cpu(), time.perf_counter()
     sched.run_once()

@@ -26,14 +26,12 @@ import argparse
 import json
 import sys
 import time
-import types
 from dataclasses import replace
 
 from _timing import measure
 from prometheus_client.exposition import generate_latest
 
-from agent import catalog
-from agent.catalog import MetricSpec, Reason
+from agent.catalog import Catalog, MetricSpec, Reason
 from agent.findings import Finding, Observation, Sample, Severity
 from agent.metrics import TextRenderer, build_registry, render_families
 from agent.store import CheckStatus, Store
@@ -172,13 +170,9 @@ METRICS = tuple(
     MetricSpec(name, kind, f"bench series {name}", tuple(series[0])) for name, (_, kind, series) in FAMILIES.items()
 )
 
+CATALOG = Catalog.declare(REASONS, METRICS)
 
 def synthetic_store() -> Store:
-    module = types.ModuleType("_bench_catalog")
-    module.REASONS, module.METRICS = REASONS, METRICS  # type: ignore[attr-defined]
-    sys.modules["_bench_catalog"] = module
-    catalog.FEATURE_MODULES = (*catalog.FEATURE_MODULES, "_bench_catalog")
-    catalog._load.cache_clear()
     store = Store()
     checks = sorted({c for c, _, _ in FAMILIES.values()} | set(KNOWN))
     store.set_checks(checks, {c: tuple(KNOWN.get(c, ())) for c in checks})
@@ -189,7 +183,7 @@ def synthetic_store() -> Store:
             for i, labels in enumerate(series)
         )  # fmt: skip
         active = tuple(
-            Finding(c, subject, reason, catalog.reason(reason).severity, "bench finding")
+            Finding(c, subject, reason, CATALOG.reason(reason).severity, "bench finding")
             for subject, reason in KNOWN.get(c, ())[::37]
         )  # fmt: skip
         status = CheckStatus(
@@ -206,16 +200,16 @@ def main() -> int:
     ap.add_argument("--json", action="store_true", help="one JSON object instead of a table")
     args = ap.parse_args()
     store = synthetic_store()
-    registry = build_registry(store)
+    registry = build_registry(store, CATALOG)
     body = generate_latest(registry)
     series = sum(1 for line in body.splitlines() if not line.startswith(b"#"))
-    assert registry.text().startswith(TextRenderer().render(store.snapshot()).encode())
+    assert registry.text().startswith(TextRenderer(CATALOG).render(store.snapshot()).encode())
     figs = measure(
         {
             "served": registry.text,
-            "served, first": lambda: TextRenderer().render(store.snapshot()),
+            "served, first": lambda: TextRenderer(CATALOG).render(store.snapshot()),
             "generate_latest": lambda: generate_latest(registry),
-            "collector": lambda: render_families(store.snapshot()),
+            "collector": lambda: render_families(store.snapshot(), CATALOG),
         },
         args.repeat,
         args.timer,

@@ -29,16 +29,14 @@ from typing import Any
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
 
-from agent import catalog, config  # noqa: E402
+from agent import config  # noqa: E402
 from agent.kube.api import KubeApi, Stats  # noqa: E402
 from agent.kube.ratelimit import Gate  # noqa: E402
 from agent.kube.reconciler import Reconciler  # noqa: E402
 from agent.statedir import StateDir  # noqa: E402
 from fakeapi import Apf, FakeApiServer  # noqa: E402
-from kube_support import BUDGET_NS, QUOTA, finding, snapshot  # noqa: E402
+from kube_support import BUDGET_NS, CATALOG, QUOTA, finding, snapshot  # noqa: E402
 
-catalog.FEATURE_MODULES = catalog.FEATURE_MODULES + ("kube_catalog",)
-catalog._load.cache_clear()
 
 
 class VirtualClock:
@@ -65,7 +63,7 @@ def make_agent(i: int, fake: FakeApiServer, clock: VirtualClock, cfg: Any, root:
     api = KubeApi(api_client, gate=gate, clock=clock, stats=stats, timeout=cfg.request_timeout)
     sd = StateDir(os.path.join(root, f"n{i}"))
     sd.ensure()
-    return Reconciler(cfg, f"node-{i:05d}", sd, api=api, dry_run=False, now=clock(), wall=lambda: 1.8e9 + clock.t,
+    return Reconciler(cfg, f"node-{i:05d}", sd, catalog=CATALOG, api=api, dry_run=False, now=clock(), wall=lambda: 1.8e9 + clock.t,
                       rng=rng, stats=stats)
 
 

@@ -20,13 +20,10 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
 
-from agent import catalog  # noqa: E402
 from fakeapi import FakeApiServer  # noqa: E402
 from fakeapi.cluster import Watcher  # noqa: E402
 from kube_support import BUDGET_NS, NODE, PREFIX, QUOTA, finding, settings, snapshot, start_actuator  # noqa: E402
 
-catalog.FEATURE_MODULES = catalog.FEATURE_MODULES + ("kube_catalog",)
-catalog._load.cache_clear()
 
 
 def has_taint(obj: dict) -> bool:  # type: ignore[type-arg]

@@ -21,13 +21,10 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
 
-from agent import catalog  # noqa: E402
 from agent.kube import actuator  # noqa: E402
 from fakeapi import FakeApiServer  # noqa: E402
 from kube_support import BUDGET_NS, QUOTA, settings, snapshot, start_actuator  # noqa: E402
 
-catalog.FEATURE_MODULES = catalog.FEATURE_MODULES + ("kube_catalog",)
-catalog._load.cache_clear()
 KS = "node-health-agent-kill-switch"
 
 

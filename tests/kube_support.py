@@ -12,13 +12,16 @@ from typing import Any
 
 import pytest
 
-from agent import catalog, config
+import kube_catalog
+from agent import config
+from agent.catalog import Catalog
 from agent.findings import Finding, Observation
 from agent.kube.api import KubeApi, Stats
 from agent.kube.connect import ClusterSource, build_client
 from agent.kube.ratelimit import Gate
 from agent.kube.reconciler import Reconciler
 from agent.kube.settings import HysteresisSection, KubernetesSection
+from agent.registry import CATALOG as REGISTRY_CATALOG
 from agent.statedir import StateDir
 from agent.store import CheckStatus, Snapshot
 from fakeapi import FakeApiServer
@@ -37,12 +40,8 @@ name = "ks"
 """
 
 
-@pytest.fixture
-def test_reasons(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.setattr(catalog, "FEATURE_MODULES", catalog.FEATURE_MODULES + ("kube_catalog",))
-    catalog._load.cache_clear()
-    yield
-    catalog._load.cache_clear()
+# The agent's catalog and the test-only reasons ("Fake…") the Kubernetes tests use.
+CATALOG = Catalog.merge(REGISTRY_CATALOG, Catalog.declare(kube_catalog.REASONS, kube_catalog.METRICS))
 
 
 @pytest.fixture
@@ -90,18 +89,18 @@ def make_reconciler(fake: FakeApiServer | None, tmp: str, cfg: KubernetesSection
     api = make_api(fake, tmp, cfg, clock, stats) if fake is not None else None
     sd = StateDir(state or os.path.join(tmp, f"state-{node}"))
     sd.ensure()
-    return Reconciler(cfg, node, sd, api=api, dry_run=dry_run, now=clock(), stats=stats, rng=random.Random(1))
+    return Reconciler(cfg, node, sd, catalog=CATALOG, api=api, dry_run=dry_run, now=clock(), stats=stats, rng=random.Random(1))
 
 
 def finding(reason: str, subject: str = "/data", check: str = "disk", message: str = "") -> Finding:
-    entry = catalog.reason(reason)
+    entry = CATALOG.reason(reason)
     return Finding(check, subject, reason, entry.severity, message or f"{reason} on {subject}", entry.unknown)
 
 
 def snapshot(findings: Iterable[Finding] = (), *, runs: int = 1, check: str = "disk",
              known: Iterable[str] = ("FakeDiskFull", "FakeDiskSlow"), failed: bool = False) -> Snapshot:
     """One check's latest run; `known` are the reasons it declares (their families get conditions)."""
-    error = Finding(check, check, "CheckFailed", catalog.reason("CheckFailed").severity, "boom", True) if failed else None
+    error = Finding(check, check, "CheckFailed", CATALOG.reason("CheckFailed").severity, "boom", True) if failed else None
     st = CheckStatus(check, Observation(findings=tuple(findings)), ok=not failed, runs=runs, error=error,
                      known=tuple(("/data", r) for r in known))
     return Snapshot(runs, MappingProxyType({check: st}), MappingProxyType({}), MappingProxyType({}),

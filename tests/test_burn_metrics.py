@@ -11,10 +11,10 @@ from burnfakes import NODE, sysfs
 from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from agent import catalog
 from agent.burn import publish
 from agent.burn.model import BurnReport, Fault, GpuVerdict, Problem, Telemetry
 from agent.metrics import build_registry
+from agent.registry import CATALOG
 from agent.store import Store
 
 
@@ -34,7 +34,7 @@ def report() -> BurnReport:
 
 def scrape(store: Store) -> dict[str, list[tuple[dict[str, str], float]]]:
     out: dict[str, list[tuple[dict[str, str], float]]] = {}
-    for fam in text_string_to_metric_families(generate_latest(build_registry(store)).decode()):
+    for fam in text_string_to_metric_families(generate_latest(build_registry(store, CATALOG)).decode()):
         for s in fam.samples:
             out.setdefault(s.name, []).append((s.labels, s.value))
     return out
@@ -42,7 +42,7 @@ def scrape(store: Store) -> dict[str, list[tuple[dict[str, str], float]]]:
 
 def test_every_burn_sample_is_declared_with_its_labels() -> None:
     samples = publish.samples(report(), "failed", {("preflight", "fail"): 1})
-    declared = catalog.metrics()
+    declared = CATALOG.metrics
     for s in samples:
         assert s.name in declared, s.name
         assert tuple(k for k, _ in s.labels) == declared[s.name].labels, s

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from agent import catalog as agent_catalog
+from agent.registry import CATALOG as AGENT_CATALOG
 from agent.findings import Severity
 from agent.gpu.xid_catalog import ACTIONS, RECOVERY_ACTIONS, SPECIAL_XIDS, catalog, metric_label
 
@@ -46,7 +46,7 @@ def test_special_xids_and_recovery_actions_are_in_the_catalog() -> None:
 
 
 def test_every_catalog_xid_has_a_declared_reason() -> None:
-    reasons = agent_catalog.reasons()
+    reasons = AGENT_CATALOG.reasons
     for info in catalog().values():
         assert reasons[info.reason].severity is info.severity
 

@@ -5,15 +5,13 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-import pytest
 
 from fakeapi import FakeApiServer
 from kube_support import (
     BUDGET_NS, QUOTA, NODE, PREFIX, Clock, fake, finding, make_reconciler, our_taints, sample_value, settings,  # noqa: F401
-    snapshot, start_actuator, test_reasons, wait_for,  # noqa: F401
+    snapshot, start_actuator, wait_for,  # noqa: F401
 )
 
-pytestmark = pytest.mark.usefixtures("test_reasons")
 
 
 def budget_settings(retry: float = 0.3) -> Any:

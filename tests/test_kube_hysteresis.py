@@ -8,9 +8,8 @@ import pytest
 
 from agent.kube.hysteresis import Hysteresis, reports
 from agent.kube.settings import HysteresisSection
-from kube_support import finding, snapshot, test_reasons  # noqa: F401 - fixture
+from kube_support import CATALOG, finding, snapshot
 
-pytestmark = pytest.mark.usefixtures("test_reasons")
 
 SLOW = HysteresisSection(raise_cycles=3, raise_after=300, clear_cycles=2, clear_after=600)
 
@@ -58,7 +57,7 @@ def run(h: Hysteresis, steps: list[tuple[float, list[str], int]], **kw: object) 
     ],
 )
 def test_raise_and_clear(steps: list[tuple[float, list[str], int]], expected: list[list[str]]) -> None:
-    assert run(Hysteresis(SLOW), steps) == expected
+    assert run(Hysteresis(SLOW, CATALOG), steps) == expected
 
 
 @pytest.mark.parametrize(
@@ -69,7 +68,7 @@ def test_raise_and_clear(steps: list[tuple[float, list[str], int]], expected: li
     ],
 )
 def test_unknown_never_clears(unknown: dict[str, object]) -> None:
-    h = Hysteresis(SLOW)
+    h = Hysteresis(SLOW, CATALOG)
     h.observe(reports(snapshot([finding("FakeDiskFull")], runs=1)), 0, 0)
     for i, t in enumerate(range(30, 3000, 30)):
         extra = [finding(str(unknown["extra"]))] if "extra" in unknown else []
@@ -78,15 +77,15 @@ def test_unknown_never_clears(unknown: dict[str, object]) -> None:
 
 
 def test_unknown_never_raises() -> None:
-    h = Hysteresis(HysteresisSection(raise_cycles=1, raise_after=0, clear_cycles=1, clear_after=0))
+    h = Hysteresis(HysteresisSection(raise_cycles=1, raise_after=0, clear_cycles=1, clear_after=0), CATALOG)
     h.observe(reports(snapshot([finding("FakeProbeError")], runs=1)), 0, 0)
     assert h.active == {}
 
 
 def test_a_check_that_never_ran_holds_the_restored_state() -> None:
-    h = Hysteresis(SLOW)
+    h = Hysteresis(SLOW, CATALOG)
     h.observe(reports(snapshot([finding("FakeDiskFull")], runs=1)), 0, 0)
-    restored = Hysteresis.from_json(SLOW, h.to_json())
+    restored = Hysteresis.from_json(SLOW, CATALOG, h.to_json())
     never_ran = snapshot([], runs=0)
     snap = dataclasses.replace(never_ran, checks={"disk": dataclasses.replace(never_ran.checks["disk"], observation=None)})
     for t in (10_000, 20_000):
@@ -95,6 +94,6 @@ def test_a_check_that_never_ran_holds_the_restored_state() -> None:
 
 
 def test_next_deadline_is_the_time_rule() -> None:
-    h = Hysteresis(SLOW)
+    h = Hysteresis(SLOW, CATALOG)
     h.observe(reports(snapshot([finding("FakeDiskSlow")], runs=1)), 100, 100)
     assert h.next_deadline() == 400

@@ -11,9 +11,7 @@ from agent.findings import Severity
 from agent.kube.hysteresis import Active
 from agent.kube.policy import DesiredCondition, DesiredTaint, decide, effect_for, events_for
 from agent.kube.hysteresis import Transition
-from kube_support import settings, test_reasons  # noqa: F401 - fixture
-
-pytestmark = pytest.mark.usefixtures("test_reasons")
+from kube_support import CATALOG, settings
 
 
 def active(reason: str, severity: str, check: str = "disk", subject: str = "/data") -> Active:
@@ -42,7 +40,7 @@ def active(reason: str, severity: str, check: str = "disk", subject: str = "/dat
 def test_taints(findings: list[Active], overrides: dict[str, str], taints: list[tuple[str, str, str]]) -> None:
     cfg = settings()
     cfg = dataclasses.replace(cfg, policy=dataclasses.replace(cfg.policy, overrides=MappingProxyType(overrides)))
-    got = decide(findings, ["Disk"], cfg)
+    got = decide(findings, ["Disk"], cfg, CATALOG)
     assert [(t.key, t.value, t.effect) for t in got.taints] == taints
     assert all(isinstance(t, DesiredTaint) and t.budgeted for t in got.taints)
 
@@ -59,17 +57,17 @@ def test_taints(findings: list[Active], overrides: dict[str, str], taints: list[
     ],
 )
 def test_conditions(findings: list[Active], families: list[str], expected: list[tuple[str, str, str]]) -> None:
-    got = decide(findings, families, settings())
+    got = decide(findings, families, settings(), CATALOG)
     assert [(c.type, c.status, c.reason) for c in got.conditions] == expected
     assert all(isinstance(c, DesiredCondition) for c in got.conditions)
 
 
 def test_condition_message_is_stable_and_bounded() -> None:
     many = [active("FakeDiskFull", "critical", subject=f"/mnt/disk{i:02d}") for i in range(40)]
-    a = decide(many, ["Disk"], settings()).conditions[0]
+    a = decide(many, ["Disk"], settings(), CATALOG).conditions[0]
     for x in many:
         x.message = "changed free-text message"
-    b = decide(many, ["Disk"], settings()).conditions[0]
+    b = decide(many, ["Disk"], settings(), CATALOG).conditions[0]
     assert a == b and len(a.message) <= 256 and a.message.endswith("more)")
 
 

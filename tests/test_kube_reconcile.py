@@ -5,16 +5,13 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import pytest
 
 from agent.kube.settings import HysteresisSection
 from fakeapi import FakeApiServer
 from kube_support import (
     NODE, PREFIX, Clock, conditions, fake, finding, make_reconciler, our_taints, settings, snapshot,  # noqa: F401
-    test_reasons,  # noqa: F401
 )
 
-pytestmark = pytest.mark.usefixtures("test_reasons")
 SLOW = HysteresisSection(raise_cycles=3, raise_after=300, clear_cycles=3, clear_after=600)
 TAINT = (PREFIX + "disk", "FakeDiskFull", "NoSchedule")
 FOREIGN = [

@@ -12,10 +12,9 @@ import pytest
 from agent.kube.connect import ClusterSource
 from fakeapi import FakeApiServer
 from kube_support import (
-    NODE, PREFIX, fake, finding, our_taints, settings, snapshot, start_actuator, test_reasons, wait_for,  # noqa: F401
+    NODE, PREFIX, fake, finding, our_taints, settings, snapshot, start_actuator, wait_for,  # noqa: F401
 )
 
-pytestmark = pytest.mark.usefixtures("test_reasons")
 
 
 def tainted(fake: FakeApiServer) -> bool:

@@ -10,14 +10,14 @@ from prometheus_client import generate_latest
 
 from agent.kube import actuator
 from agent.metrics import build_registry
+from agent.registry import CATALOG
 from agent.store import Store
 from fakeapi import FakeApiServer
 from kube_support import (
     NODE, PREFIX, Clock, conditions, fake, finding, make_reconciler, our_taints, sample_value, settings,  # noqa: F401
-    snapshot, start_actuator, test_reasons, wait_for,  # noqa: F401
+    snapshot, start_actuator, wait_for,  # noqa: F401
 )
 
-pytestmark = pytest.mark.usefixtures("test_reasons")
 KS_NS, KS_NAME = "node-health", "node-health-agent-kill-switch"
 TAINT = (PREFIX + "disk", "FakeDiskFull", "NoSchedule")
 
@@ -25,7 +25,7 @@ TAINT = (PREFIX + "disk", "FakeDiskFull", "NoSchedule")
 def metrics_text(act: Any) -> str:
     store = Store()
     store.set_extra("kubernetes", act.published["samples"])
-    return generate_latest(build_registry(store)).decode()
+    return generate_latest(build_registry(store, CATALOG)).decode()
 
 
 def test_kill_switch_pauses_taint_changes_not_conditions(fake: FakeApiServer, tmp_path: Any) -> None:

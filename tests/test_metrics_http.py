@@ -19,12 +19,13 @@ from prometheus_client.exposition import generate_latest
 from agent.config import MetricsSection, TLSSection
 from agent.findings import Finding, Severity
 from agent.metrics import MetricsServer, build_registry
+from agent.registry import CATALOG
 from agent.scheduler import Scheduler
 from agent.store import Store
 
 
 def render(store: Store) -> str:
-    return generate_latest(build_registry(store)).decode()
+    return generate_latest(build_registry(store, CATALOG)).decode()
 
 
 def test_known_findings_exported_at_zero_and_active_at_one() -> None:
@@ -38,12 +39,11 @@ def test_known_findings_exported_at_zero_and_active_at_one() -> None:
 
 
 def test_every_rendered_metric_is_in_the_catalog() -> None:
-    from agent import catalog
 
     store = Store()
     store.set_checks(["disk"], {})
     names = {line.split(" ")[2] for line in render(store).splitlines() if line.startswith("# HELP node_health")}
-    assert names and names <= set(catalog.metrics())
+    assert names and names <= set(CATALOG.metrics)
 
 
 def _cert(tmp: Path) -> tuple[str, str]:
@@ -84,10 +84,10 @@ prometheus = "{hashed}"
 
 def test_healthz_fails_while_the_loop_is_stalled() -> None:
     store = Store()
-    sched = Scheduler(store)
+    sched = Scheduler(store, CATALOG)
     sched.configure([])
     port = free_port()
-    server = MetricsServer(MetricsSection(listen=f"127.0.0.1:{port}", tls=TLSSection()), build_registry(store), store,
+    server = MetricsServer(MetricsSection(listen=f"127.0.0.1:{port}", tls=TLSSection()), build_registry(store, CATALOG), store,
                            stall_after=1.0)
     server.start()
     stop = threading.Event()

@@ -258,8 +258,8 @@ def test_without_pyroute2_links_are_unknown_not_faults(
 
 def test_pyroute2_is_not_imported_until_the_check_is_built() -> None:
     code = (
-        "import sys, agent.catalog, agent.checks, agent.config;"
-        "agent.catalog.metrics(); agent.config.defaults();"
+        "import sys, agent.registry, agent.config;"
+        "agent.registry.CATALOG.metrics; agent.config.defaults();"
         "print('pyroute2' in sys.modules)"
     )
     out = subprocess.run(

@@ -103,10 +103,10 @@ def test_default_uses_native_and_says_so(native_only: None) -> None:
 
 def test_env_python_forces_the_twins() -> None:
     res = run_python(
-        "from agent import native, metrics, store\n"
+        "from agent import native, metrics, registry, store\n"
         "from prometheus_client.exposition import generate_latest\n"
         "print(native.IMPLEMENTATION, all(getattr(native, 'parse_' + k) is f for k, f in native.PYTHON_TWINS.items()))\n"
-        "print([l for l in generate_latest(metrics.build_registry(store.Store())).decode().splitlines()"
+        "print([l for l in generate_latest(metrics.build_registry(store.Store(), registry.CATALOG)).decode().splitlines()"
         " if l.startswith('node_health_build_info')][0])",
         env={native.ENV: "python"},
     )

@@ -11,19 +11,15 @@ from __future__ import annotations
 
 import math
 import socket
-import sys
 import time
-import types
 import urllib.request
-from collections.abc import Iterator
 from dataclasses import replace
 
 import pytest
 from prometheus_client.core import CollectorRegistry
 from prometheus_client.exposition import generate_latest
 
-from agent import catalog
-from agent.catalog import MetricSpec, Reason
+from agent.catalog import Catalog, MetricSpec, Reason
 from agent.config import MetricsSection
 from agent.findings import Finding, Observation, Sample, Severity
 from agent.metrics import AgentCollector, MetricsServer, build_registry, render_families
@@ -55,15 +51,8 @@ VALUES = [
 LABELS = ["eth0", "", 'quo"te', "back\\slash", "new\nline", "tab\tx", "caf\u00e9", "\\n literally", "a,b=c}"]
 
 
-@pytest.fixture(autouse=True)
-def test_catalog(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    module = types.ModuleType("_test_metrics_catalog")
-    module.METRICS, module.REASONS = METRICS, REASONS  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, module.__name__, module)
-    monkeypatch.setattr(catalog, "FEATURE_MODULES", (*catalog.FEATURE_MODULES, module.__name__))
-    catalog._load.cache_clear()
-    yield
-    catalog._load.cache_clear()
+# The agent's own entries and the test's (no catalog is shared with other tests).
+CATALOG = Catalog.declare(REASONS, METRICS)
 
 
 def store_with(samples: list[Sample], findings: tuple[Finding, ...] = ()) -> Store:
@@ -85,7 +74,7 @@ def store_with(samples: list[Sample], findings: tuple[Finding, ...] = ()) -> Sto
 
 def library_bytes(store: Store) -> bytes:
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(AgentCollector(store))  # type: ignore[arg-type]
+    registry.register(AgentCollector(store, CATALOG))  # type: ignore[arg-type]
     return generate_latest(registry)
 
 
@@ -108,7 +97,7 @@ def awkward_samples(shift: float = 0.0) -> list[Sample]:
 
 def test_awkward_values_render_identically() -> None:
     store = store_with(awkward_samples(), (Finding("alpha", "eth0", "TestBroken", Severity.CRITICAL, "down"),))
-    registry = build_registry(store)
+    registry = build_registry(store, CATALOG)
     text = registry.renderer.render(store.snapshot()).encode()
     assert text == library_bytes(store)
     assert (
@@ -122,14 +111,14 @@ def test_awkward_values_render_identically() -> None:
 
 def test_later_renders_with_new_values_and_subjects() -> None:
     store = store_with(awkward_samples())
-    registry = build_registry(store)
+    registry = build_registry(store, CATALOG)
     registry.renderer.render(store.snapshot())
     for shift, keep in ((1.0, None), (0.5, 4), (2.0, 0)):
         samples = awkward_samples(shift)[:keep]
         store.update_check("alpha", lambda st, s=samples: replace(st, observation=Observation(tuple(s))))
         assert registry.renderer.render(store.snapshot()).encode() == library_bytes(store)
     kept = sum(len(p) for p in registry.renderer._prefixes.values())
-    assert kept == sum(len(f.samples) for f in render_families(store.snapshot()))
+    assert kept == sum(len(f.samples) for f in render_families(store.snapshot(), CATALOG))
 
 
 @pytest.mark.parametrize(
@@ -145,7 +134,7 @@ def test_served_bytes(accept: str, expected: str) -> None:
     with socket.socket() as probe:  # a free port (the config refuses port 0)
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    server = MetricsServer(MetricsSection(listen=f"127.0.0.1:{port}"), build_registry(store), store)
+    server = MetricsServer(MetricsSection(listen=f"127.0.0.1:{port}"), build_registry(store, CATALOG), store)
     server.start()
     try:
         req = urllib.request.Request(f"http://127.0.0.1:{port}/metrics", headers={"Accept": accept})

@@ -8,10 +8,14 @@ from dataclasses import dataclass
 
 import pytest
 
+from agent.catalog import Catalog
 from agent.config import CheckConfig
 from agent.findings import Observation, ObservationBuilder
 from agent.scheduler import Scheduler
 from agent.store import Store
+
+# The core reasons (CheckFailed, CheckTimeout, NotApplicable, …) are all these tests need.
+CATALOG = Catalog.declare()
 
 
 @dataclass
@@ -23,7 +27,7 @@ class FakeCheck:
 
     def run(self) -> Observation:
         self.runs += 1
-        b = ObservationBuilder(self.name)
+        b = ObservationBuilder(self.name, CATALOG)
         if self.behaviour == "fail":
             raise RuntimeError("boom")
         if self.behaviour == "hang":
@@ -53,7 +57,7 @@ def run_for(sched: Scheduler, seconds: float) -> None:
 
 def test_run_once_runs_every_check_and_records_success() -> None:
     store = Store()
-    sched = Scheduler(store)
+    sched = Scheduler(store, CATALOG)
     a, b = FakeCheck("a"), FakeCheck("b")
     sched.configure([(a, cfg()), (b, cfg())], immediate=True)
     sched.run_once()
@@ -65,7 +69,7 @@ def test_run_once_runs_every_check_and_records_success() -> None:
 
 def test_exception_becomes_check_failed_finding() -> None:
     store = Store()
-    sched = Scheduler(store)
+    sched = Scheduler(store, CATALOG)
     sched.configure([(FakeCheck("bad", "fail"), cfg())], immediate=True)
     sched.run_once()
     st = store.snapshot().checks["bad"]
@@ -76,7 +80,7 @@ def test_exception_becomes_check_failed_finding() -> None:
 
 def test_hang_times_out_is_not_restarted_and_others_keep_running() -> None:
     store = Store()
-    sched = Scheduler(store, jitter=0)
+    sched = Scheduler(store, CATALOG, jitter=0)
     release = threading.Event()
     hung, fine = FakeCheck("hung", "hang", release=release), FakeCheck("fine")
     sched.configure([(hung, cfg(interval=0.1, timeout=0.2)), (fine, cfg(interval=0.1))], immediate=True)
@@ -95,7 +99,7 @@ def test_hang_times_out_is_not_restarted_and_others_keep_running() -> None:
 
 def test_failure_holds_findings_of_last_good_run_but_drops_samples() -> None:
     store = Store()
-    sched = Scheduler(store)
+    sched = Scheduler(store, CATALOG)
     check = FakeCheck("c", "finding")
     sched.configure([(check, cfg())], immediate=True)
     sched.run_once()
@@ -108,7 +112,7 @@ def test_failure_holds_findings_of_last_good_run_but_drops_samples() -> None:
 
 def test_reload_keeps_a_stuck_run() -> None:
     store = Store()
-    sched = Scheduler(store, jitter=0)
+    sched = Scheduler(store, CATALOG, jitter=0)
     release = threading.Event()
     hung = FakeCheck("hung", "hang", release=release)
     sched.configure([(hung, cfg(interval=0.1, timeout=0.1))], immediate=True)
@@ -122,7 +126,7 @@ def test_reload_keeps_a_stuck_run() -> None:
 @pytest.mark.parametrize("jitter", [0.0, 0.1, 0.5])
 def test_intervals_with_jitter_stay_near_the_interval(jitter: float) -> None:
     store = Store()
-    sched = Scheduler(store, jitter=jitter)
+    sched = Scheduler(store, CATALOG, jitter=jitter)
     check = FakeCheck("c")
     sched.configure([(check, cfg(interval=0.1))], immediate=True)
     run_for(sched, 1.0)

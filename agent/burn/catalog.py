@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..catalog import MetricSpec, Reason
+from ..catalog import Catalog, MetricSpec, Reason
 from ..findings import Severity
 
 REASONS: tuple[Reason, ...] = (
@@ -82,3 +82,5 @@ METRICS: tuple[MetricSpec, ...] = (
         _GPU,
     ),
 )
+
+CATALOG = Catalog.declare(REASONS, METRICS)

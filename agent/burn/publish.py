@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from ..findings import Finding, ObservationBuilder, Sample
+from .catalog import CATALOG
 from .model import BurnReport, GpuVerdict
 
 CHECK = "burn"
@@ -28,13 +29,13 @@ KINDS = ("preflight", "periodic", "manual")
 
 
 def pending(message: str) -> list[Finding]:
-    b = ObservationBuilder(CHECK)
+    b = ObservationBuilder(CHECK, CATALOG)
     b.finding(PREFLIGHT, "PreflightPending", message)
     return list(b.build().findings)
 
 
 def findings(report: BurnReport, kind: str) -> list[Finding]:
-    b = ObservationBuilder(CHECK)
+    b = ObservationBuilder(CHECK, CATALOG)
     failed = "PreflightFailed" if kind == "preflight" else "BurnFailed"
     if report.error:
         b.finding(PREFLIGHT, failed, report.error)
@@ -64,7 +65,7 @@ def state_of(report: BurnReport | None, running: bool) -> str:
 
 
 def samples(last: BurnReport | None, preflight_state: str, runs: Mapping[tuple[str, str], int]) -> list[Sample]:
-    b = ObservationBuilder(CHECK)
+    b = ObservationBuilder(CHECK, CATALOG)
     for st in STATES:
         b.sample("node_health_burn_preflight_state", 1 if st == preflight_state else 0, state=st)
     for (kind, result), n in sorted(runs.items()):

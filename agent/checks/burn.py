@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
+from ..burn.catalog import CATALOG
 from ..burn.catalog import METRICS as METRICS
 from ..burn.catalog import REASONS as REASONS
 from ..burn.settings import BurnConfig, known, runner
@@ -32,7 +33,7 @@ class BurnStatusCheck:
         from ..burn.preflight import BurnState
         from ..statedir import StateDir, boot_id
 
-        b = ObservationBuilder(self.name)
+        b = ObservationBuilder(self.name, CATALOG)
         st = BurnState.load(StateDir(self.ctx.state_dir), boot_id(self.ctx.paths))
         for label, report in (("preflight", st.preflight), ("periodic", st.retest)):
             if report is not None:
@@ -62,5 +63,6 @@ SPEC = CheckSpec(
     summary="GPU burn test: once per boot before the node takes work (preflight), optionally again when idle.",
     config=BurnConfig,
     build=BurnStatusCheck,
+    catalog=CATALOG,
     sources=sources,
 )

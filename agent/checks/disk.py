@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..check import CheckContext, CheckSpec
+from ..disk.catalog import CATALOG
 from ..disk.catalog import METRICS as METRICS
 from ..disk.catalog import REASONS as REASONS
 from ..disk.settings import DiskConfig as DiskConfig
@@ -21,7 +22,7 @@ class DiskCheck:
         return self.monitor.known_findings()
 
     def run(self) -> Observation:
-        b = ObservationBuilder(self.name)
+        b = ObservationBuilder(self.name, CATALOG)
         self.monitor.run(b)
         return b.build()
 
@@ -31,4 +32,5 @@ SPEC = CheckSpec(
     summary="Filesystems: mounted, writable, free space and inodes, I/O errors.",
     config=DiskConfig,
     build=DiskCheck,
+    catalog=CATALOG,
 )

@@ -13,6 +13,7 @@ from typing import Any
 
 from ..check import CheckContext, CheckSpec
 from ..findings import Observation, ObservationBuilder
+from ..gpu.catalog import CATALOG
 from ..gpu.catalog import METRICS as METRICS
 from ..gpu.catalog import REASONS as REASONS
 from ..gpu.pci import bus_gpus
@@ -38,7 +39,7 @@ class GpuCheck:
                 yield (f"gpu{i}", reason)
 
     def run(self) -> Observation:
-        b = ObservationBuilder(self.name)
+        b = ObservationBuilder(self.name, CATALOG)
         seen = self.poller.poll(b, time.time())
         if not self._scanned:
             self._scanned = True
@@ -61,5 +62,6 @@ SPEC = CheckSpec(
     summary="NVIDIA GPUs through NVML (ECC, remapped rows, thermals, NVLink, PCIe, count) and Xid errors as they happen.",
     config=GpuConfig,
     build=GpuCheck,
+    catalog=CATALOG,
     sources=_sources,
 )

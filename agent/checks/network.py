@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterable
 
 from ..check import CheckContext, CheckSpec
 from ..findings import Observation, ObservationBuilder
+from ..network.catalog import CATALOG
 from ..network.catalog import METRICS as METRICS
 from ..network.catalog import REASONS as REASONS
 from ..network.settings import NetworkConfig as NetworkConfig
@@ -24,7 +25,7 @@ class NetworkCheck:
         return self.monitor.known_findings()
 
     def run(self) -> Observation:
-        b = ObservationBuilder(self.name)
+        b = ObservationBuilder(self.name, CATALOG)
         self.monitor.run(b)
         return b.build()
 
@@ -34,4 +35,5 @@ SPEC = CheckSpec(
     summary="Links (admin state, carrier, operstate, flapping), error and drop rates, reachability of targets.",
     config=NetworkConfig,
     build=NetworkCheck,
+    catalog=CATALOG,
 )

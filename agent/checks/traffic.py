@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from ..check import CheckContext, CheckSpec
 from ..findings import Observation, ObservationBuilder
+from ..traffic.catalog import CATALOG
 from ..traffic.catalog import METRICS as METRICS
 from ..traffic.catalog import REASONS as REASONS
 from ..traffic.settings import TrafficConfig as TrafficConfig
@@ -37,7 +38,7 @@ class TrafficCheck:
         return self._keeper.known_findings()
 
     def run(self) -> Observation:
-        b = ObservationBuilder(self.name)
+        b = ObservationBuilder(self.name, CATALOG)
         self._keeper.run(b)
         return b.build()
 
@@ -47,4 +48,5 @@ SPEC = CheckSpec(
     summary="Internet vs cluster traffic: mangle accounting rules kept in place, their counters exported.",
     config=TrafficConfig,
     build=TrafficCheck,
+    catalog=CATALOG,
 )

@@ -82,7 +82,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_selftest(args: argparse.Namespace) -> int:
     from .. import logs, selftest
-    from ..registry import CHECKS
+    from ..registry import CATALOG, CHECKS
     from ..runtime import build_checks, load_config, state_dir
     from ..scheduler import Scheduler
     from ..store import Store
@@ -93,7 +93,7 @@ def cmd_selftest(args: argparse.Namespace) -> int:
         if name not in CHECKS:
             raise UsageError(f"--only: unknown check \"{name}\"{did_you_mean(name, CHECKS)}")
     store = Store()
-    sched = Scheduler(store)
+    sched = Scheduler(store, CATALOG)
     # A selftest looks and changes nothing (no rules installed, no state written).
     sched.configure(build_checks(cfg, state_dir(cfg, explicit=False), args.only, dry_run=True), immediate=True)
     sched.run_once()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..catalog import MetricSpec, Reason
+from ..catalog import Catalog, MetricSpec, Reason
 from ..findings import Severity
 
 _CRIT, _WARN = Severity.CRITICAL, Severity.WARNING
@@ -59,3 +59,5 @@ METRICS: tuple[MetricSpec, ...] = (
     _m("device_io_errors_total", "I/O errors counted by the SCSI disks under the filesystem (ioerr_cnt).", "counter"),
     _m("io_in_progress", "I/Os in flight on the filesystem's block device (/proc/diskstats)."),
 )
+
+CATALOG = Catalog.declare(REASONS, METRICS)

@@ -4,7 +4,7 @@ PCI bus id, model, serial) is only on `node_health_gpu_info`."""
 
 from __future__ import annotations
 
-from ..catalog import MetricSpec, Reason
+from ..catalog import Catalog, MetricSpec, Reason
 from ..findings import Severity
 from . import xid_catalog
 
@@ -74,3 +74,5 @@ REASONS: tuple[Reason, ...] = (
         for i in xid_catalog.catalog().values()
     ),
 )
+
+CATALOG = Catalog.declare(REASONS, METRICS)

@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from ..catalog import Catalog
 from ..findings import Finding, Sample
 from ..statedir import StateDir
 from ..store import Snapshot
@@ -218,7 +219,7 @@ class Actuator:
 
 
 def start(
-    k: KubernetesSection, node: str, state: StateDir, *, kubeconfig: str | None, dry_run: bool,
+    k: KubernetesSection, catalog: Catalog, node: str, state: StateDir, *, kubeconfig: str | None, dry_run: bool,
     publish_samples: Callable[[list[Sample]], None],
 ) -> Actuator | None:
     """Build and start the actuator (None when the feature is off). Raises ConfigError for bad credentials."""
@@ -239,7 +240,7 @@ def start(
         gate = Gate(qps=k.qps, burst=k.burst, backoff_max=k.backoff_max, now=now)
         api = KubeApi(client, gate=gate, clock=time.monotonic, stats=stats, timeout=k.request_timeout, reauth=reauth)
         log.info("kubernetes: node %s via %s%s", node, cluster.describe(), " (dry run)" if dry_run or k.dry_run else "")
-    rec = Reconciler(k, node, state, api=api, dry_run=dry_run or k.dry_run, now=now, stats=stats)
+    rec = Reconciler(k, node, state, catalog=catalog, api=api, dry_run=dry_run or k.dry_run, now=now, stats=stats)
     act = Actuator(rec, kill_switch=k.kill_switch, publish_samples=publish_samples)
     act.start()
     return act

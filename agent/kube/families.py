@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from .. import catalog
+from ..catalog import Catalog
 
 # Gates: problem families that hold a node back until something passed, not
 # faults. `Preflight` is the boot-time GPU burn (agent/burn): its taint
@@ -18,13 +18,11 @@ from .. import catalog
 GATE_FAMILIES = {"Preflight": "NoSchedule"}
 
 
-def family_of(reason: str) -> str:
-    try:
-        family = catalog.reason(reason).family
-    except KeyError:
-        family = "Agent"
+def family_of(reason: str, catalog: Catalog) -> str:
+    entry = catalog.reasons.get(reason)
+    family = entry.family if entry is not None else "Agent"
     return re.sub(r"[^A-Za-z0-9]", "", family) or "Agent"
 
 
-def is_gate(reason: str) -> bool:
-    return family_of(reason) in GATE_FAMILIES
+def is_gate(reason: str, catalog: Catalog) -> bool:
+    return family_of(reason, catalog) in GATE_FAMILIES

@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..catalog import Catalog
 from ..findings import Finding, Severity
 from ..store import Snapshot
 from .families import is_gate
@@ -113,8 +114,9 @@ def _fill(rep: Report, findings: Iterable[Finding], origin: str) -> None:
 
 
 class Hysteresis:
-    def __init__(self, cfg: HysteresisSection, active: Iterable[Active] = ()) -> None:
+    def __init__(self, cfg: HysteresisSection, catalog: Catalog, active: Iterable[Active] = ()) -> None:
         self.cfg = cfg
+        self.catalog = catalog  # which reasons are gates
         self.active: dict[Key, Active] = {a.key: a for a in active}
         self._raising: dict[Key, _Count] = {}
         self._clearing: dict[Key, _Count] = {}
@@ -125,8 +127,8 @@ class Hysteresis:
         return [a.to_json() for a in sorted(self.active.values(), key=lambda a: a.key)]
 
     @classmethod
-    def from_json(cls, cfg: HysteresisSection, data: Iterable[Mapping[str, Any]]) -> Hysteresis:
-        return cls(cfg, (Active.from_json(d) for d in data))
+    def from_json(cls, cfg: HysteresisSection, catalog: Catalog, data: Iterable[Mapping[str, Any]]) -> Hysteresis:
+        return cls(cfg, catalog, (Active.from_json(d) for d in data))
 
     # ------------------------------------------------------------ evaluation
 
@@ -171,14 +173,14 @@ class Hysteresis:
         self._clearing.pop(key, None)
 
     def _raise_due(self, key: Key, f: Finding, rep: Report, origin: str, now: float) -> bool:
-        if f.severity is Severity.CRITICAL or is_gate(f.reason):
+        if f.severity is Severity.CRITICAL or is_gate(f.reason, self.catalog):
             return True
         c = self._count(self._raising, key, rep, now)
         c.origin = origin
         return c.cycles >= self.cfg.raise_cycles or now - c.first >= self.cfg.raise_after
 
     def _clear_due(self, key: Key, rep: Report | None, now: float) -> bool:
-        if is_gate(key[2]):  # a gate (preflight) that passed releases the node at once
+        if is_gate(key[2], self.catalog):  # a gate (preflight) that passed releases the node at once
             return True
         c = self._count(self._clearing, key, rep, now)
         return c.cycles >= self.cfg.clear_cycles or now - c.first >= self.cfg.clear_after

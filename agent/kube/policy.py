@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from .. import catalog
+from ..catalog import Catalog
 from ..findings import Severity
 from ..store import Snapshot
 from .families import GATE_FAMILIES, family_of
@@ -87,23 +87,23 @@ def gates_of(families: Iterable[str]) -> frozenset[str]:
     return frozenset(f.lower() for f in families if f in GATE_FAMILIES)
 
 
-def watched_families(snap: Snapshot, exclude: Iterable[str] = ()) -> frozenset[str]:
+def watched_families(snap: Snapshot, catalog: Catalog, exclude: Iterable[str] = ()) -> frozenset[str]:
     """Families the running checks and sources can report (known findings that can act)."""
     skip = set(exclude)
     reasons = {r for name, st in snap.checks.items() if name not in skip for _, r in st.known}
     reasons |= {r for name, triples in snap.events_known.items() if name not in skip for _, _, r in triples}
     out = set()
     for name in reasons:
-        entry = catalog.reasons().get(name)
+        entry = catalog.reasons.get(name)
         if entry is not None and not entry.unknown and entry.severity.rank >= Severity.WARNING.rank:
-            out.add(family_of(name))
+            out.add(family_of(name, catalog))
     return frozenset(out)
 
 
-def decide(active: Iterable[Active], families: Iterable[str], cfg: KubernetesSection) -> Desired:
+def decide(active: Iterable[Active], families: Iterable[str], cfg: KubernetesSection, catalog: Catalog) -> Desired:
     by_family: dict[str, list[Active]] = {}
     for a in active:
-        by_family.setdefault(family_of(a.reason), []).append(a)
+        by_family.setdefault(family_of(a.reason, catalog), []).append(a)
     taints = []
     for family, items in sorted(by_family.items()):
         taint = _taint(family, items, cfg)

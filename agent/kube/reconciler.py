@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from ..catalog import Catalog
 from ..findings import Finding, Sample, Severity
 from ..statedir import StateDir
 from ..store import Snapshot
@@ -56,6 +57,7 @@ class Reconciler:
         node: str,
         state: StateDir,
         *,
+        catalog: Catalog,
         api: KubeApi | None,
         dry_run: bool,
         now: float,
@@ -64,11 +66,12 @@ class Reconciler:
         stats: Stats | None = None,
     ) -> None:
         self.cfg, self.node_name, self.statedir, self.api = cfg, node, state, api
+        self.catalog = catalog  # reasons' families and severities: what the policy decides from
         self.dry_run = dry_run or api is None
         self.wall, self.rng = wall, rng or random.Random()
         self.stats = stats or Stats()
         saved = state.read_json(STATE_FILE) or {}
-        self.hyst = Hysteresis.from_json(cfg.hysteresis, saved.get("active") or [])
+        self.hyst = Hysteresis.from_json(cfg.hysteresis, catalog, saved.get("active") or [])
         self.outbox: list[dict[str, str]] = list(saved.get("outbox") or [])[-OUTBOX_MAX:]
         self.budget = Budget(api, cfg.budget, node, held=bool(saved.get("slot")), recheck=cfg.resync_interval, rng=self.rng)
         self.events = EventRecorder(api, node, burst=cfg.event_burst, refill=cfg.event_refill, now=now) if api else None
@@ -124,9 +127,9 @@ class Reconciler:
         self._queue(events_for(transitions), persist=False)
         if changed:
             self._persist()  # one atomic write: the transitions and their events, before anything acts on them
-        families = watched_families(self.latest, exclude=(SOURCE,))
+        families = watched_families(self.latest, self.catalog, exclude=(SOURCE,))
         self.gates = gates_of(families)
-        self.desired = decide(self.hyst.active.values(), families, self.cfg)
+        self.desired = decide(self.hyst.active.values(), families, self.cfg, self.catalog)
 
     def _queue(self, specs: list[EventSpec], persist: bool = True) -> None:
         for spec in specs:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..catalog import MetricSpec, Reason
+from ..catalog import Catalog, MetricSpec, Reason
 from ..findings import Severity
 
 
@@ -80,3 +80,5 @@ METRICS: tuple[MetricSpec, ...] = (
         _T,
     ),
 )
+
+CATALOG = Catalog.declare(REASONS, METRICS)

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 from ..findings import Observation, ObservationBuilder
 from ..hostpaths import HostPaths
 from ..schema import format_duration
-from .catalog import LINK_REASONS
+from .catalog import CATALOG, LINK_REASONS
 from .counters import Rates, RateTracker, read_net_dev
 from .links import OPERSTATES, FlapWindow, LinkError, LinkReader, LinkState, discover, in_sysfs, speed
 from .reach import Outcome, default_targets, probe_all
@@ -206,7 +206,7 @@ def _detail(s: LinkState, mbps: int | None) -> str:
 
 
 def _reach(outcomes: list[Outcome]) -> Observation:
-    b = ObservationBuilder(CHECK)
+    b = ObservationBuilder(CHECK, CATALOG)
     for o in outcomes:
         if o.reachable is None:
             b.finding(o.target, "TargetProbeHung", o.detail)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..catalog import MetricSpec, Reason
+from ..catalog import Catalog, MetricSpec, Reason
 from ..findings import Severity
 
 REASONS: tuple[Reason, ...] = (
@@ -51,3 +51,5 @@ METRICS: tuple[MetricSpec, ...] = (
     ),
     MetricSpec("node_health_traffic_backend_info", "gauge", "1 for the iptables backend in use.", ("backend",)),
 )
+
+CATALOG = Catalog.declare(REASONS, METRICS)
