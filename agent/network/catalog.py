@@ -39,7 +39,7 @@ LINK_REASONS = (
     "InterfaceCountersUnknown",
 )
 
-_IF, _T = ("interface",), ("target",)
+_IF, _T = ("device",), ("target",)
 METRICS: tuple[MetricSpec, ...] = (
     MetricSpec(
         "node_health_network_link_admin_up", "gauge", "1 if the interface is administratively up (IFF_UP).", _IF
@@ -49,7 +49,7 @@ METRICS: tuple[MetricSpec, ...] = (
         "node_health_network_link_operstate",
         "gauge",
         "1 for the interface's current RFC 2863 operstate, 0 for the others (all seven are exported).",
-        ("interface", "operstate"),
+        ("device", "operstate"),
     ),
     MetricSpec(
         "node_health_network_link_carrier_changes_total",
