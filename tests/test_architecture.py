@@ -58,6 +58,17 @@ def test_no_module_is_imported_by_a_name_held_in_a_string() -> None:
     assert found == []
 
 
+def test_no_module_imports_a_private_name_of_another() -> None:
+    """What modules share is public (agent/cli/shared.py for the commands); `_name` stays in its module."""
+    found = []
+    for path in _python_files():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and node.module != "__future__":
+                found += [f"{path.relative_to(ROOT)}:{node.lineno}: {a.name}" for a in node.names
+                          if a.name.startswith("_") and not a.name.startswith("__")]
+    assert found == []
+
+
 def test_check_adapters_are_thin() -> None:
     """An adapter names its check and hands a builder to its feature's engine (about 80 lines at most)."""
     long = {p.name: n for p in (AGENT / "checks").glob("*.py") if (n := len(p.read_text().splitlines())) > 80}

@@ -15,8 +15,7 @@ import sys
 from collections.abc import Sequence
 
 from .. import __version__
-from .shared import Parser, UsageError, did_you_mean, overrides
-from .shared import common_flags as _common
+from .shared import Parser, UsageError, common_flags, did_you_mean, overrides
 
 
 def build_parser() -> Parser:
@@ -25,7 +24,7 @@ def build_parser() -> Parser:
     sub.required = True
 
     run = sub.add_parser("run", help="run the agent (the daemon)", description="Run the agent until SIGTERM.")
-    _common(run)
+    common_flags(run)
     run.add_argument("--listen", metavar="HOST:PORT", help="address for /metrics and /healthz")
     run.add_argument("--state-dir", metavar="DIR", help="state directory (default /var/lib/node-health-agent)")
     run.add_argument("--once", action="store_true", help="run every check once, then exit 0 (healthy) or 1")
@@ -34,7 +33,7 @@ def build_parser() -> Parser:
     run.set_defaults(func=cmd_run)
 
     st = sub.add_parser("selftest", help="run every enabled check once and print a table")
-    _common(st)
+    common_flags(st)
     st.add_argument("--json", action="store_true", help="one JSON object instead of a table")
     st.add_argument("--only", nargs="+", metavar="CHECK", help="run only these checks (enabled or not)")
     st.add_argument("--burn", type=float, metavar="SECONDS", help="also burn every GPU for SECONDS (see agent burn)")
