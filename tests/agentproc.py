@@ -26,7 +26,9 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def wait_for(pred: Callable[[], Any], timeout: float = 20.0, interval: float = 0.1, what: str = "condition") -> Any:
+def wait_for(pred: Callable[[], Any], timeout: float = 20.0, interval: float = 0.05, what: str = "") -> Any:
+    """`pred()` until it is truthy (its value is returned); an exception from it counts as "not yet".
+    Raises AssertionError naming `what` (default: the predicate's name) at the deadline."""
     deadline = time.monotonic() + timeout
     last_exc: BaseException | None = None
     while time.monotonic() < deadline:
@@ -37,7 +39,8 @@ def wait_for(pred: Callable[[], Any], timeout: float = 20.0, interval: float = 0
         except Exception as exc:  # noqa: BLE001 - retried until the deadline
             last_exc = exc
         time.sleep(interval)
-    raise AssertionError(f"timed out waiting for {what}" + (f" (last error: {last_exc})" if last_exc else ""))
+    what = what or getattr(pred, "__name__", "condition")
+    raise AssertionError(f"timed out after {timeout:g}s waiting for {what}" + (f" (last error: {last_exc})" if last_exc else ""))
 
 
 class NotifySocket:

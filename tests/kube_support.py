@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 import kube_catalog
+from agentproc import wait_for as wait_for  # the one wait_for of the tests
 from agent import config
 from agent.catalog import Catalog
 from agent.findings import Finding, Observation
@@ -129,12 +130,6 @@ def start_actuator(fake: FakeApiServer | None, tmp: str, cfg: KubernetesSection,
     return act
 
 
-def wait_for(predicate: Any, timeout: float = 10.0, interval: float = 0.02) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {getattr(predicate, '__name__', predicate)}")
-        time.sleep(interval)
 
 
 def sample_value(act: Any, name: str, **labels: str) -> float | None:
