@@ -164,7 +164,7 @@ enabled = false
              timeout=30)
     # Positive proof that time passed with the agent at work: three more runs of the disk check.
     first = _disk_runs(url)
-    wait_for(lambda: _disk_runs(url) >= first + 3, timeout=30, what="three disk check runs after the restart")
+    wait_for(lambda: _disk_runs(url) >= first + 3, timeout=30)  # three disk check runs after the restart
     assert any(t["key"] == PREFIX + "disk" for t in fake.node(NODE)["spec"].get("taints", []))
     assert len(fake.events()) == events, "no event sent twice"
     assert [r for r in fake.writes(since=restarted) if r.path.endswith(NODE)] == [], "the node needed no change"
