@@ -41,8 +41,7 @@ def commands(path: Path) -> Iterator[tuple[str, str]]:
             continue
         indented = not in_fence and line.startswith("    ") and prev_blank and line.strip()
         if in_fence or indented:
-            cmd = _shell_command(line)
-            if cmd:
+            for cmd in _shell_commands(line):
                 yield where, cmd
         else:
             prev_blank = not line.strip()
@@ -52,12 +51,14 @@ def commands(path: Path) -> Iterator[tuple[str, str]]:
             prev_blank = True  # the rest of an indented block
 
 
-def _shell_command(line: str) -> str | None:
+def _shell_commands(line: str) -> Iterator[str]:
+    """The `agent` commands of a shell line: `$ a | agent scan-log - --json  # note` gives one."""
     text = re.sub(r"^\s*(\$|#)\s+", "", line.strip())
     text = re.split(r"\s+#\s", text)[0]  # a trailing comment
-    text = re.split(r"\s(?:\||&&|;)\s", text)[0]  # a pipe or a second command
-    text = re.sub(r"^sudo\s+", "", text)
-    return text.strip() if re.match(r"agent(\s|$)", text) else None
+    for part in re.split(r"\s(?:\||&&|;)\s", text):  # pipes and command lists
+        part = re.sub(r"^sudo\s+", "", part.strip())
+        if re.match(r"agent(\s|$)", part):
+            yield part
 
 
 def _subcommands(p: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser] | None:
