@@ -118,7 +118,7 @@ def _fell_back(name: str) -> None:
     if first:
         log.warning(
             "native parser %s: a string holds a NUL byte, so the Python twin answered; "
-            "further fallbacks are counted in node_health_native_fallback_total{parser=%r}, not logged",
+            "further fallbacks are counted in node_health_native_fallback_total{parser=\"%s\"}, not logged",
             name,
             name,
         )
