@@ -43,14 +43,15 @@ def require_tool(name: str) -> str:
     return path  # type: ignore[return-value]
 
 
-# Switches that rewrite a reference file from the code under test instead of
-# comparing with it: a run with one set proves nothing, so CI refuses it.
-UPDATE_SWITCHES = ("NHA_UPDATE_GOLDEN", "NHA_UPDATE_README")
+# Switches (NHA_UPDATE_GOLDEN, NHA_UPDATE_README, any NHA_UPDATE_*) rewrite a
+# reference file from the code under test instead of comparing with it: a run
+# with one set proves nothing, so CI refuses it.
+UPDATE_PREFIX = "NHA_UPDATE_"
 
 
 def pytest_configure(config: pytest.Config) -> None:
     if os.environ.get("CI", "").lower() in ("true", "1", "yes"):
-        on = [name for name in UPDATE_SWITCHES if os.environ.get(name, "") not in ("", "0")]
+        on = sorted(k for k, v in os.environ.items() if k.startswith(UPDATE_PREFIX) and v not in ("", "0"))
         if on:
             raise pytest.UsageError(
                 f"{', '.join(on)}=1 rewrites reference files instead of testing them; refused under CI=true"
@@ -59,7 +60,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def update_requested(switch: str) -> bool:
     """Whether the developer asked to rewrite a reference file (never under CI: see pytest_configure)."""
-    assert switch in UPDATE_SWITCHES
+    assert switch.startswith(UPDATE_PREFIX)
     return os.environ.get(switch) == "1"
 
 
