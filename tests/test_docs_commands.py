@@ -69,8 +69,9 @@ def _subcommands(p: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParse
 
 
 def _placeholder(tok: str) -> bool:
-    """FILE, N, HOST:PORT, 0,1,…, … : a stand-in, not a literal value."""
-    return "…" in tok or "..." in tok or bool(re.fullmatch(r"[A-Z][A-Z0-9_:]*", tok)) or tok == "FILE|-"
+    """FILE, N, <n>, HOST:PORT, 0,1,…, … : a stand-in, not a literal value."""
+    return ("…" in tok or "..." in tok or bool(re.fullmatch(r"[A-Z][A-Z0-9_:]*|<[^<>]+>", tok))
+            or tok == "FILE|-")
 
 
 def _clean(tok: str) -> str:
