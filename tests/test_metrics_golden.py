@@ -103,6 +103,9 @@ def test_metrics_on_a_fixture_host_match_the_golden_file(tmp_path: Path) -> None
         wait_for(lambda: agent.value("node_health_gpu_xid_errors_total", gpu="unknown", xid="79") is not None
                  or b'xid="79"' in agent.get("/metrics")[1], what="the Xid from the followed log")
         wait_for(lambda: agent.value("node_health_burn_preflight_state", state="pending") == 0, what="preflight settled")
+        # ... and the Kubernetes side has synced after it (its samples lag the burn's by one reconcile)
+        wait_for(lambda: agent.value("node_health_would_set_condition", cause="dry_run", status="False",
+                                     type="NodeHealthPreflightProblem") == 1, what="the preflight condition cleared")
         text = normalize(agent.get("/metrics")[1].decode())
     finally:
         assert agent.stop() == 0, agent.logs()
