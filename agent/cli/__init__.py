@@ -4,4 +4,5 @@ they share (usage errors, common flags, overrides) is `agent.cli.shared`."""
 
 from __future__ import annotations
 
+from .main import build_parser as build_parser
 from .main import main as main
