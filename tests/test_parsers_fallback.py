@@ -41,7 +41,7 @@ def _native_loaded() -> None:
 
 
 def fallback_series() -> dict[str, float]:
-    series = metrics.collect_series(store.Store().snapshot())["node_health_native_fallback_total"]
+    series = metrics.collect_series(store.Store().snapshot(), registry.CATALOG)["node_health_native_fallback_total"]
     return {dict(labels)["parser"]: value for labels, value in series}
 
 
