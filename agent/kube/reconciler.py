@@ -21,7 +21,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..findings import Finding, Sample, Severity
+from .. import catalog
+from ..findings import Finding, Sample
 from ..state import StateDir
 from ..store import Snapshot
 from . import SOURCE
@@ -356,9 +357,9 @@ class Reconciler:
         if self.withheld:
             reason = "TaintBudgetMissing" if self.budget.state == "missing" else "TaintBudgetExhausted"
             keys = ", ".join(f"{t.key}:{t.effect}" for t in self.withheld)
-            out.append(Finding(SOURCE, "budget", reason, Severity.WARNING, f"withholding {keys}"))
+            out.append(catalog.finding(SOURCE, "budget", reason, f"withholding {keys}"))
         if self.error is not None:
-            out.append(Finding(SOURCE, "api", "KubeApiError", Severity.WARNING, str(self.error)[:200]))
+            out.append(catalog.finding(SOURCE, "api", "KubeApiError", str(self.error)[:200]))
         return tuple(out)
 
     def samples(self, kill_switch: str) -> list[Sample]:
