@@ -133,6 +133,26 @@ def _load() -> tuple[Mapping[str, Reason], Mapping[str, MetricSpec]]:
     return MappingProxyType(reasons), MappingProxyType(metrics)
 
 
+def feature_name(module: str) -> str:
+    """The feature a declaring module belongs to: ``agent.checks.gpu`` or
+    ``agent.gpu.catalog`` -> ``gpu``, ``agent.kube`` -> ``kube``."""
+    parts = [p for p in module.split(".") if p not in ("agent", "checks", "catalog")]
+    return parts[0] if parts else "core"
+
+
+def features() -> Mapping[str, tuple[tuple[Reason, ...], tuple[MetricSpec, ...]]]:
+    """What each feature declares, by feature name (``core`` for the agent's
+    own): the per-feature tables of docs/*.md are generated from it."""
+    _load()
+    out: dict[str, tuple[tuple[Reason, ...], tuple[MetricSpec, ...]]] = {"core": (CORE_REASONS, CORE_METRICS)}
+    for modname in FEATURE_MODULES:
+        mod = importlib.import_module(modname)
+        name = feature_name(modname)
+        had = out.get(name, ((), ()))
+        out[name] = (had[0] + tuple(getattr(mod, "REASONS", ())), had[1] + tuple(getattr(mod, "METRICS", ())))
+    return MappingProxyType(out)
+
+
 def reasons() -> Mapping[str, Reason]:
     return _load()[0]
 

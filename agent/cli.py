@@ -75,6 +75,7 @@ def build_parser() -> Parser:
 
     docs = sub.add_parser("docs", help="print a reference table for the README")
     docs.add_argument("what", choices=("config", "metrics", "reasons"))
+    docs.add_argument("feature", nargs="?", help="only what this feature declares (disk, gpu, kube, …)")
     docs.set_defaults(func=cmd_docs)
 
     for modname in COMMAND_MODULES:
@@ -163,7 +164,13 @@ def cmd_version(args: argparse.Namespace) -> int:
 def cmd_docs(args: argparse.Namespace) -> int:
     from . import docs
 
-    sys.stdout.write(docs.render(args.what))
+    if args.feature is not None and args.what == "config":
+        raise UsageError("docs config: takes no feature (the whole configuration is one table)")
+    try:
+        table = docs.render(args.what, args.feature)
+    except ValueError as exc:
+        raise UsageError(f"docs {args.what}: {exc}") from None
+    sys.stdout.write(table)
     return 0
 
 

@@ -1,5 +1,7 @@
-"""The README stays true: its reference tables are generated from the schema
-and the catalog (`agent docs …`), and its two commands are the ones CI runs.
+"""The README and docs/*.md stay true: their reference tables are generated
+from the schema and the catalog (`agent docs …`) between BEGIN/END markers,
+no catalog row is restated by hand outside them, and the README's two
+commands are the ones CI runs.
 
 To refresh the tables after changing the schema or the catalog:
     NHA_UPDATE_README=1 python -m pytest tests/test_readme.py
@@ -13,22 +15,56 @@ from pathlib import Path
 
 import pytest
 
-from agent import docs
+from agent import catalog, docs
 
 ROOT = Path(__file__).parent.parent
 README = ROOT / "README.md"
-BLOCK = re.compile(r"(<!-- BEGIN agent docs (\w+) -->\n)(.*?)(<!-- END agent docs \2 -->)", re.S)
+DOCS = sorted((ROOT / "docs").glob("*.md"))
+BLOCK = re.compile(r"(<!-- BEGIN agent docs (\w+)(?: (\w+))? -->\n)(.*?)(<!-- END agent docs \2(?: \3)? -->)", re.S)
+STALE = "generated tables are stale: NHA_UPDATE_README=1 python -m pytest tests/test_readme.py"
 
 
-def test_reference_tables_match_the_code() -> None:
-    text = README.read_text()
-    found = {m.group(2) for m in BLOCK.finditer(text)}
-    assert found == {"config", "metrics", "reasons"}
-    fresh = BLOCK.sub(lambda m: m.group(1) + docs.render(m.group(2)) + m.group(4), text)
+def _refresh(path: Path) -> tuple[str, str, set[tuple[str, str | None]]]:
+    text = path.read_text()
+    found = {(m.group(2), m.group(3)) for m in BLOCK.finditer(text)}
+    fresh = BLOCK.sub(lambda m: m.group(1) + docs.render(m.group(2), m.group(3)) + m.group(5), text)
+    return text, fresh, found
+
+
+@pytest.mark.parametrize("path", [README, *DOCS], ids=lambda p: p.name)
+def test_generated_tables_match_the_code(path: Path) -> None:
+    text, fresh, _ = _refresh(path)
     if os.environ.get("NHA_UPDATE_README") == "1":
-        README.write_text(fresh)
+        path.write_text(fresh)
         return
-    assert fresh == text, "README reference tables are stale: NHA_UPDATE_README=1 python -m pytest tests/test_readme.py"
+    assert fresh == text, f"{path.name}: {STALE}"
+
+
+def test_the_readme_has_the_whole_reference() -> None:
+    assert _refresh(README)[2] == {("config", None), ("metrics", None), ("reasons", None)}
+
+
+def test_every_features_reasons_and_metrics_have_their_table_in_docs() -> None:
+    found = set().union(*(_refresh(p)[2] for p in DOCS))
+    wanted = {
+        (what, name)
+        for name, (reasons, metrics) in catalog.features().items()
+        if name != "core"  # the agent's own: in the README
+        for what, declared in (("reasons", reasons), ("metrics", metrics))
+        if declared
+    }
+    assert wanted <= found, f"no generated table in docs/ for {sorted(wanted - found)}"
+
+
+def _outside_blocks(text: str) -> str:
+    return BLOCK.sub("", text)
+
+
+@pytest.mark.parametrize("path", [README, *DOCS], ids=lambda p: p.name)
+def test_no_catalog_row_is_restated_by_hand(path: Path) -> None:
+    declared = set(catalog.reasons()) | set(catalog.metrics())
+    rows = re.findall(r"^\| `([A-Za-z_]+)[`{]", _outside_blocks(path.read_text()), re.M)
+    assert not [name for name in rows if name in declared], f"{path.name}: a table row restates the catalog by hand"
 
 
 def test_ci_runs_the_readme_test_command() -> None:
@@ -41,3 +77,27 @@ def test_ci_runs_the_readme_test_command() -> None:
 @pytest.mark.parametrize("what", ["config", "metrics", "reasons"])
 def test_docs_command_renders(what: str) -> None:
     assert docs.render(what).startswith("| ")
+
+
+@pytest.mark.parametrize("feature", ["disk", "network", "gpu", "traffic", "burn", "kube", "core"])
+def test_a_features_table_holds_only_what_it_declares(feature: str) -> None:
+    reasons, metrics = catalog.features()[feature]
+    table = docs.render("metrics", feature)
+    assert {m.name for m in metrics} == set(re.findall(r"^\| `(\w+)`", table, re.M))
+    names = set(re.findall(r"^\| `(\w+)`", docs.render("reasons", feature), re.M))
+    assert names == {r.name for r in reasons if not re.fullmatch(r"Xid\d+", r.name)}
+
+
+def test_docs_command_refuses_an_unknown_feature() -> None:
+    with pytest.raises(ValueError, match="no feature 'nosuch'"):
+        docs.render("metrics", "nosuch")
+
+
+def test_agent_docs_takes_a_feature_and_refuses_an_unknown_one(capsys: pytest.CaptureFixture[str]) -> None:
+    from agent import cli
+
+    assert cli.main(["docs", "metrics", "disk"]) == 0
+    assert capsys.readouterr().out == docs.render("metrics", "disk")
+    assert cli.main(["docs", "reasons", "nosuch"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "no feature 'nosuch'" in err and "Traceback" not in err
