@@ -32,6 +32,8 @@ def render(what: str, feature: str | None = None) -> str:
     or of one feature (`disk`, `gpu`, `kube`, …, `core`)."""
     if what == "config" and feature is None:
         return _table(("key", "default", "meaning"), [(f"`{k}`", f"`{d}`", doc) for k, d, doc in config_rows()])
+    if what == "actions" and feature is None:
+        return _actions()
     if what not in ("metrics", "reasons"):
         raise ValueError(what)
     if feature is None:
@@ -61,3 +63,16 @@ def render(what: str, feature: str | None = None) -> str:
 
 
 _PER_XID = re.compile(r"Xid\d+$")
+
+
+def _actions() -> str:
+    """The Xid catalog by recommended action: what to do, which Xids, how long the finding stays."""
+    from .gpu.xids import ACTION_TEXT, ACTIONS, catalog, hold
+
+    rows = []
+    for action in ACTIONS:
+        infos = sorted((i for i in catalog().values() if i.action == action), key=lambda i: i.xid)
+        severities = sorted({i.severity for i in infos}, key=lambda s: s.rank)
+        rows.append((f"`{action}`", ACTION_TEXT[action], ", ".join(str(i.xid) for i in infos) or "—",
+                     ", ".join(s.value for s in severities) or "—", hold(action)))
+    return _table(("action", "what to do", "Xids", "severity", "the finding stays"), rows)
