@@ -35,7 +35,7 @@ class EmittingCheck:
     def run(self) -> Observation:
         b = ObservationBuilder(self.name)
         b.subject("sda", "fine")
-        b.sample("node_health_disk_mounted", 1, path="/")
+        b.sample("node_health_disk_mounted", 1, mountpoint="/")
         if self.bad is not None:
             b.sample(self.bad.name, self.bad.value, **dict(self.bad.labels))
         return b.build()
@@ -59,11 +59,11 @@ def _values(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
 @pytest.mark.parametrize(
     ("sample", "says"),
     [
-        pytest.param(Sample("node_health_disk_mountd", 1, (("path", "/"),)), "not in the catalog", id="undeclared name"),
-        pytest.param(Sample("node_health_disk_mounted", 1, (("mount", "/"),)), "declares ['path']", id="wrong label"),
-        pytest.param(Sample("node_health_disk_mounted", 1), "declares ['path']", id="missing label"),
+        pytest.param(Sample("node_health_disk_mountd", 1, (("mountpoint", "/"),)), "not in the catalog", id="undeclared name"),
+        pytest.param(Sample("node_health_disk_mounted", 1, (("path", "/"),)), "declares ['mountpoint']", id="wrong label"),
+        pytest.param(Sample("node_health_disk_mounted", 1), "declares ['mountpoint']", id="missing label"),
         pytest.param(
-            Sample("node_health_disk_mounted", 1, (("path", "/"), ("device", "sda"))), "declares ['path']", id="extra label"
+            Sample("node_health_disk_mounted", 1, (("mountpoint", "/"), ("device", "sda"))), "declares ['mountpoint']", id="extra label"
         ),
     ],
 )
@@ -157,7 +157,7 @@ def test_metrics_answers_200_with_every_other_series_while_a_check_emits_an_unde
     store = Store()
     sched = Scheduler(store)
     sched.configure(
-        [(EmittingCheck("typo", Sample("node_health_disk_mountd", 1, (("path", "/"),))), _cfg()),
+        [(EmittingCheck("typo", Sample("node_health_disk_mountd", 1, (("mountpoint", "/"),))), _cfg()),
          (EmittingCheck("good"), _cfg())],
         immediate=True,
     )
@@ -182,7 +182,7 @@ def test_metrics_answers_200_with_every_other_series_while_a_check_emits_an_unde
     assert value("node_health_check_failures_total", check="typo") == 1
     assert value("node_health_finding", check="typo", subject="typo", reason="CheckFailed", severity="warning") == 1
     assert value("node_health_check_success", check="good") == 1
-    assert value("node_health_disk_mounted", path="/") == 1  # the good check's sample is served
+    assert value("node_health_disk_mounted", mountpoint="/") == 1  # the good check's sample is served
     assert value("node_health_render_dropped_total") == 1  # the event source's typo, skipped
     assert not any(name.startswith(("node_health_disk_mountd", "node_health_gpu_xid_error_total")) for name, _ in values)
     assert any(name == "node_health_build_info" for name, _ in values)

@@ -61,11 +61,30 @@ def _outside_blocks(text: str) -> str:
     return BLOCK.sub("", text)
 
 
+def _hand_rows(text: str) -> list[tuple[str, str]]:
+    """(header, first cell) of every table row outside the generated blocks."""
+    rows, header = [], ""
+    lines = _outside_blocks(text).splitlines()
+    for i, line in enumerate(lines):
+        if not line.startswith("|"):
+            header = ""
+        elif not header and i + 1 < len(lines) and lines[i + 1].startswith("|---"):
+            header = line
+        elif not line.startswith("|---"):
+            rows.append((header, line.split("|")[1].strip()))
+    return rows
+
+
 @pytest.mark.parametrize("path", [README, *DOCS], ids=lambda p: p.name)
 def test_no_catalog_row_is_restated_by_hand(path: Path) -> None:
+    """A table that says what a reason or metric means (its severity, type or meaning) is generated;
+    tables about something else may name them (docs/metrics.md's overlap with node_exporter)."""
     declared = set(catalog.reasons()) | set(catalog.metrics())
-    rows = re.findall(r"^\| `([A-Za-z_]+)[`{]", _outside_blocks(path.read_text()), re.M)
-    assert not [name for name in rows if name in declared], f"{path.name}: a table row restates the catalog by hand"
+    restated = [
+        cell for header, cell in _hand_rows(path.read_text())
+        if re.search(r"\| (meaning|severity|type|when) \|", header) and re.sub(r"[`{].*", "", cell.strip("`")) in declared
+    ]
+    assert not restated, f"{path.name}: table rows restate the catalog by hand: {restated}"
 
 
 def test_ci_runs_the_readme_test_command() -> None:
