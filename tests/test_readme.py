@@ -3,7 +3,8 @@ from the schema and the catalog (`agent docs …`) between BEGIN/END markers,
 no catalog row is restated by hand outside them, and the README's two
 commands are the ones CI runs.
 
-To refresh the tables after changing the schema or the catalog:
+To refresh the tables after changing the schema or the catalog (the test then
+skips, as it compared nothing; refused under CI=true, see conftest.pytest_configure):
     NHA_UPDATE_README=1 python -m pytest tests/test_readme.py
 """
 
@@ -11,9 +12,12 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+from conftest import update_requested
 
 from agent import catalog, docs
 
@@ -34,9 +38,9 @@ def _refresh(path: Path) -> tuple[str, str, set[tuple[str, str | None]]]:
 @pytest.mark.parametrize("path", [README, *DOCS], ids=lambda p: p.name)
 def test_generated_tables_match_the_code(path: Path) -> None:
     text, fresh, _ = _refresh(path)
-    if os.environ.get("NHA_UPDATE_README") == "1":
+    if update_requested("NHA_UPDATE_README"):
         path.write_text(fresh)
-        return
+        pytest.skip(f"{path.name}: tables rewritten from the code: review the diff, then run without NHA_UPDATE_README")
     assert fresh == text, f"{path.name}: {STALE}"
 
 
@@ -121,3 +125,16 @@ def test_agent_docs_takes_a_feature_and_refuses_an_unknown_one(capsys: pytest.Ca
     assert cli.main(["docs", "reasons", "nosuch"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "no feature 'nosuch'" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("switch", ["NHA_UPDATE_GOLDEN", "NHA_UPDATE_README"])
+def test_update_switches_fail_the_run_under_ci(switch: str) -> None:
+    """A switch that rewrites a reference file makes its test compare the file with
+    itself: under CI=true the run must fail, not pass vacuously."""
+    env = {k: v for k, v in os.environ.items() if k not in ("NHA_UPDATE_GOLDEN", "NHA_UPDATE_README")}
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--co", str(Path(__file__))]
+    res = subprocess.run(cmd, env=env | {"CI": "true", switch: "1"}, capture_output=True, text=True, timeout=120, check=False)
+    assert res.returncode != 0
+    assert f"{switch}=1 rewrites reference files instead of testing them; refused under CI=true" in res.stdout + res.stderr
+    ok = subprocess.run(cmd, env=env | {"CI": "true"}, capture_output=True, text=True, timeout=120, check=False)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
