@@ -374,3 +374,17 @@ def test_nvidia_runtime_value_matches_the_kustomize_component(gpu_variant: list[
     helm_ds["spec"]["template"]["spec"]["containers"][0].pop("image")
     kust_ds["spec"]["template"]["spec"]["containers"][0].pop("image")
     assert helm_ds == kust_ds
+
+
+@pytest.mark.parametrize(("values", "key"), [
+    ({"killSwitch": {"paused": "yes"}}, "paused"),
+    ({"taintBudget": {"percent": 0}}, "percent"),
+    ({"taintBudget": {"nodes": 7500, "precent": 5}}, "precent"),
+    ({"metrics": {"port": 70000}}, "port"),
+    ({"imag": {"repository": "x"}}, "imag"),
+])
+def test_values_schema_refuses_mistakes(values: dict[str, Any], key: str) -> None:
+    import helm_python
+
+    with pytest.raises(helm_python.HelmError, match=key):
+        helm_(values)
