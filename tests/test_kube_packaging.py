@@ -317,6 +317,7 @@ def test_taint_budget_off() -> None:
 def test_monitor_toggles(chart: list[dict[str, Any]]) -> None:
     kinds = {d["kind"] for d in chart}
     assert "PodMonitor" in kinds and "ServiceMonitor" not in kinds and "Service" not in kinds
+    assert "PrometheusRule" in kinds and "PrometheusRule" not in {d["kind"] for d in helm_({"prometheusRule": {"enabled": False}})}
     docs = helm_({"metrics": {"podMonitor": {"enabled": False}, "serviceMonitor": {"enabled": True, "labels": {"release": "kps"}}}})
     assert "PodMonitor" not in {d["kind"] for d in docs}
     svc, sm = find(docs, "Service"), find(docs, "ServiceMonitor")
