@@ -21,7 +21,7 @@ import pytest
 
 from agent.cli import build_parser
 
-ROOT = Path(__file__).parent.parent
+ROOT = next(p for p in Path(__file__).resolve().parents if (p / "pyproject.toml").exists())
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 FENCE = re.compile(r"^\s*(```|~~~)")
 INLINE = re.compile(r"(?<!`)`(agent [^`]+)`(?!`)")
