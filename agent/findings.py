@@ -74,24 +74,19 @@ class Observation:
         return max((f.severity for f in self.findings), key=lambda s: s.rank, default=None)
 
 
-class ReasonEntry(Protocol):
-    @property
-    def severity(self) -> Severity: ...
+class Findings(Protocol):
+    """Where a builder makes its findings (an `agent.catalog.Catalog`: the one factory)."""
 
-    @property
-    def unknown(self) -> bool: ...
-
-
-class Reasons(Protocol):
-    """Where a builder looks a reason up (an `agent.catalog.Catalog`)."""
-
-    def reason(self, name: str) -> ReasonEntry: ...
+    def finding(
+        self, check: str, subject: str, reason: str, message: str, *,
+        severity: Severity | None = None, unknown: bool | None = None,
+    ) -> Finding: ...
 
 
 class ObservationBuilder:
     """What a check fills in during `run()`; `build()` freezes it."""
 
-    def __init__(self, check: str, catalog: Reasons) -> None:
+    def __init__(self, check: str, catalog: Findings) -> None:
         self.check = check
         self.catalog = catalog
         self._samples: list[Sample] = []
@@ -105,15 +100,7 @@ class ObservationBuilder:
         self, subject: str, reason: str, message: str, *, severity: Severity | None = None, unknown: bool | None = None
     ) -> Finding:
         """Record a finding; severity and unknown default to the reason's catalog entry."""
-        entry = self.catalog.reason(reason)
-        f = Finding(
-            check=self.check,
-            subject=subject,
-            reason=reason,
-            severity=severity or entry.severity,
-            message=message,
-            unknown=entry.unknown if unknown is None else unknown,
-        )
+        f = self.catalog.finding(self.check, subject, reason, message, severity=severity, unknown=unknown)
         self._findings.append(f)
         self._subjects.setdefault(subject, "")
         return f

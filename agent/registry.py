@@ -14,13 +14,30 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from .catalog import Catalog
+from .burn import catalog as burn_catalog
+from .catalog import CORE_METRICS, CORE_REASONS, Catalog, MetricSpec, Reason
 from .check import CheckSpec
 from .checks import burn, disk, gpu, network, traffic
+from .disk import catalog as disk_catalog
+from .gpu import catalog as gpu_catalog
 from .kube import catalog as kube
+from .network import catalog as network_catalog
+from .traffic import catalog as traffic_catalog
 
 CHECKS: Mapping[str, CheckSpec] = MappingProxyType(
     {spec.name: spec for spec in (disk.SPEC, network.SPEC, gpu.SPEC, traffic.SPEC, burn.SPEC)}
 )
 
 CATALOG: Catalog = Catalog.merge(*(spec.catalog for spec in CHECKS.values()), kube.CATALOG)
+
+# What each feature declares, by feature name ("core": the agent's own): the
+# per-feature tables of docs/*.md are generated from it (`agent docs reasons gpu`).
+FEATURES: Mapping[str, tuple[tuple[Reason, ...], tuple[MetricSpec, ...]]] = MappingProxyType({
+    "core": (CORE_REASONS, CORE_METRICS),
+    "disk": (disk_catalog.REASONS, disk_catalog.METRICS),
+    "network": (network_catalog.REASONS, network_catalog.METRICS),
+    "gpu": (gpu_catalog.REASONS, gpu_catalog.METRICS),
+    "traffic": (traffic_catalog.REASONS, traffic_catalog.METRICS),
+    "burn": (burn_catalog.REASONS, burn_catalog.METRICS),
+    "kube": (kube.REASONS, kube.METRICS),
+})

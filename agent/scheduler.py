@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 
 from .catalog import Catalog
 from .check import Check
-from .findings import Finding, Observation, ObservationBuilder
+from .findings import Finding, Observation
 from .schema import CheckConfig
 from .store import CheckStatus, Store
 
@@ -50,7 +50,7 @@ class Scheduler:
         self, store: Store, catalog: Catalog, *, jitter: float = 0.1, rng: random.Random | None = None
     ) -> None:
         self._store = store
-        self._catalog = catalog  # the agent's own findings about a check (CheckFailed, CheckTimeout)
+        self._catalog = catalog  # what a check may emit, and the findings about a check (CheckFailed, CheckTimeout)
         self._jitter = jitter
         self._rng = rng or random.Random()
         self._entries: dict[str, _Entry] = {}
@@ -167,6 +167,7 @@ class Scheduler:
                 obs = check.run()
                 if not isinstance(obs, Observation):
                     raise TypeError(f"run() returned {type(obs).__name__}, not an Observation")
+                self._catalog.check_observation(obs)  # an undeclared sample fails this run, not the scrape
             except BaseException as exc:  # noqa: BLE001 - a check can fail, the agent cannot
                 err = exc
             self._q.put(("done", check.name, run, obs, err, time.monotonic() - t0))
@@ -224,7 +225,7 @@ class Scheduler:
 
     def _finding(self, check: str, reason: str, message: str) -> Finding:
         """A finding about the check itself, as the catalog declares its reason."""
-        return ObservationBuilder(check, self._catalog).finding(check, reason, message)
+        return self._catalog.finding(check, check, reason, message)
 
 
 __all__ = ["CheckStatus", "Scheduler"]

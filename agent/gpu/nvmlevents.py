@@ -17,9 +17,10 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ..findings import Finding, Severity
+from ..findings import Finding
 from ..parsers.xid import KIND_XID
 from . import nvml
+from .catalog import CATALOG
 from .pci import normalize
 from .xid_tracker import CHECK, Event
 
@@ -103,8 +104,8 @@ class NvmlEvents:
             self.gpus[_addr(h)] = (i, pci)
         msg = None
         if unsupported:
-            msg = Finding(CHECK, "nvml-events", "NvmlEventsUnsupported", Severity.INFO,
-                          f"NVML cannot deliver Xid events for {', '.join(unsupported)}; the kernel log still does")
+            msg = CATALOG.finding(CHECK, "nvml-events", "NvmlEventsUnsupported",
+                                  f"NVML cannot deliver Xid events for {', '.join(unsupported)}; the kernel log still does")
         self.src.set_status("nvml-events", msg)
         if not self.gpus:
             nv.nvmlEventSetFree(es)

@@ -16,9 +16,10 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from .. import native
-from ..findings import Finding, ObservationBuilder, Sample, Severity
+from ..findings import Finding, ObservationBuilder, Sample
 from ..sources import Emit
 from ..statedir import StateDir, boot_id
+from .catalog import CATALOG
 from .kmsg import Kmsg, KmsgError, Record
 from .nvmlevents import NvmlEvents
 from .pci import bus_gpus, normalize
@@ -189,7 +190,7 @@ class XidSource:
             except KmsgError as exc:
                 reason = "InsufficientPrivilege" if exc.privilege else "KmsgUnavailable"
                 log.debug("kernel log: %s", exc)
-                self.set_status("kmsg", Finding(CHECK, "kmsg", reason, Severity.WARNING if not exc.privilege else Severity.INFO, str(exc), unknown=True), up=0.0)
+                self.set_status("kmsg", CATALOG.finding(CHECK, "kmsg", reason, str(exc)), up=0.0)
                 self.stop_event.wait(RETRY_OPEN)
                 continue
             self.set_status("kmsg", None, up=1.0)
