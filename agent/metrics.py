@@ -27,7 +27,7 @@ from prometheus_client.exposition import choose_encoder, generate_latest
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.utils import floatToGoString
 
-from . import __version__, catalog, native
+from . import __version__, catalog, native, state
 from .config import MetricsSection, split_host_port
 from .findings import Labels
 from .store import Snapshot, Store
@@ -86,6 +86,8 @@ def collect_series(snap: Snapshot) -> Series:
     add("node_health_build_info", build, 1)
     add("node_health_start_time_seconds", (), snap.started)
     add("node_health_scheduler_last_tick_timestamp_seconds", (), snap.last_tick)
+    for name, n in state.rejected().items():
+        add("node_health_state_file_rejected_total", (("file", name),), n)
     for name, st in snap.checks.items():
         lab = (("check", name),)
         add("node_health_check_success", lab, 1 if st.ok else 0)

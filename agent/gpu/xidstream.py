@@ -26,6 +26,7 @@ from typing import Any
 
 from ..findings import Finding, Sample, Severity
 from ..parsers.xid import KIND_DRIVER_LOADED, KIND_FALLEN_OFF_BUS
+from ..state import Damaged, integer, number, obj, seq, text
 from .xids import ACTION_TEXT, classify, metric_label
 
 CHECK = "xid"
@@ -190,9 +191,37 @@ class XidStream:
         }
 
     def load_json(self, data: Mapping[str, Any]) -> None:
+        """Restores what `to_json` wrote (validated by `check_saved`)."""
         self.cursor = data.get("cursor")
         for s, r, sev, msg, action, until, count in data.get("active", []):
             self.active[(s, r)] = Active(Severity(sev), msg, action, until, count)
         self.counts = {(g, x): n for g, x, n in data.get("counts", [])}
         self.lost, self.gaps = data.get("lost", 0), data.get("gaps", 0)
         self.coverage_until, self.coverage_message = data.get("coverage", [0.0, ""])
+
+
+def check_saved(raw: Any) -> dict[str, Any]:
+    """`raw` if it has the shape `XidStream.to_json` writes; raises state.Damaged."""
+    d = obj(raw, "stream")
+    if d.get("cursor") is not None:
+        integer(d["cursor"], "stream.cursor")
+    for i, row in enumerate(seq(d.get("active", []), "stream.active")):
+        where = f"stream.active[{i}]"
+        if len(seq(row, where)) != 7:
+            raise Damaged(f"{where}: expected 7 fields, got {len(row)}")
+        s, r, sev, msg, action, until, count = row
+        text(s, f"{where}.subject"), text(r, f"{where}.reason"), Severity(text(sev, f"{where}.severity"))
+        text(msg, f"{where}.message"), text(action, f"{where}.action"), integer(count, f"{where}.count")
+        if until is not None:
+            number(until, f"{where}.until")
+    for i, row in enumerate(seq(d.get("counts", []), "stream.counts")):
+        where = f"stream.counts[{i}]"
+        if len(seq(row, where)) != 3:
+            raise Damaged(f"{where}: expected 3 fields, got {len(row)}")
+        text(row[0], f"{where}.gpu"), text(row[1], f"{where}.xid"), integer(row[2], f"{where}.count")
+    integer(d.get("lost", 0), "stream.lost"), integer(d.get("gaps", 0), "stream.gaps")
+    coverage = seq(d.get("coverage", [0.0, ""]), "stream.coverage")
+    if len(coverage) != 2:
+        raise Damaged(f"stream.coverage: expected 2 fields, got {len(coverage)}")
+    number(coverage[0], "stream.coverage[0]"), text(coverage[1], "stream.coverage[1]")
+    return d

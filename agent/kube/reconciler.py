@@ -19,16 +19,18 @@ import logging
 import random
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from ..findings import Finding, Sample, Severity
-from ..state import StateDir
+from ..state import Damaged, StateDir, StateFile, flag, obj, seq, text
 from ..store import Snapshot
 from . import SOURCE
+from .adoption import Adoption
 from .api import ApiError, KubeApi, Stats, Wait
 from .budget import Budget
 from .events import EventRecorder
-from .hysteresis import Hysteresis, reports
+from .hysteresis import Active, Hysteresis, reports
 from .nodes import conditions_of, diff_taints, managed, plan_conditions, plan_taints, taints_of, triple
 from .policy import (
     BUDGET_EXEMPT_SUFFIXES,
@@ -49,6 +51,31 @@ STATE_FILE = "kubernetes.json"
 OUTBOX_MAX = 100
 
 
+@dataclass(frozen=True, slots=True)
+class Saved:
+    active: list[Active]
+    outbox: list[dict[str, str]]
+    slot: bool
+
+
+OUTBOX_FIELDS = ("type", "reason", "action", "note", "name")
+
+
+def _parse(raw: Any) -> Saved:
+    d = obj(raw)
+    if d.get("version") != 1:
+        raise Damaged(f"version: expected 1, got {d.get('version')!r}")
+    active = [Active.from_json(obj(a, f"active[{i}]")) for i, a in enumerate(seq(d.get("active", []), "active"))]
+    outbox = []
+    for i, item in enumerate(seq(d.get("outbox", []), "outbox")):
+        item = obj(item, f"outbox[{i}]")
+        outbox.append({k: text(item[k], f"outbox[{i}].{k}") for k in OUTBOX_FIELDS if k in item or k != "name"})
+    return Saved(active, outbox, flag(d.get("slot", False), "slot"))
+
+
+KUBE_FILE = StateFile(STATE_FILE, _parse)
+
+
 class Reconciler:
     def __init__(
         self,
@@ -67,10 +94,12 @@ class Reconciler:
         self.dry_run = dry_run or api is None
         self.wall, self.rng = wall, rng or random.Random()
         self.stats = stats or Stats()
-        saved = state.read_json(STATE_FILE) or {}
-        self.hyst = Hysteresis.from_json(cfg.hysteresis, saved.get("active") or [])
-        self.outbox: list[dict[str, str]] = list(saved.get("outbox") or [])[-OUTBOX_MAX:]
-        self.budget = Budget(api, cfg.budget, node, held=bool(saved.get("slot")), recheck=cfg.resync_interval, rng=self.rng)
+        saved = state.load(KUBE_FILE)
+        self.adoption = Adoption(cfg.hysteresis, fresh=saved is None)  # nothing known of earlier runs
+        saved = saved or Saved([], [], False)
+        self.hyst = Hysteresis(cfg.hysteresis, saved.active)
+        self.outbox: list[dict[str, str]] = saved.outbox[-OUTBOX_MAX:]
+        self.budget = Budget(api, cfg.budget, node, held=saved.slot, recheck=cfg.resync_interval, rng=self.rng)
         self.events = EventRecorder(api, node, burst=cfg.event_burst, refill=cfg.event_refill, now=now) if api else None
         self.paused: bool | None = False if not cfg.kill_switch.name else None
         self.node: dict[str, Any] | None = None
@@ -99,7 +128,7 @@ class Reconciler:
             # strip the taints of a sick node right after a restart.
             return float("inf")
         self._evaluate(now)
-        wake = self.hyst.next_deadline() or float("inf")
+        wake = min(self.hyst.next_deadline() or float("inf"), self.adoption.deadline() or float("inf"))
         if self.api is None:
             self._dry_run_without_cluster()
             return wake
@@ -116,7 +145,9 @@ class Reconciler:
 
     def _evaluate(self, now: float) -> None:
         assert self.latest is not None
-        transitions, changed = self.hyst.observe(reports(self.latest, exclude=(SOURCE,)), now, self.wall())
+        reps = reports(self.latest, exclude=(SOURCE,))
+        transitions, changed = self.hyst.observe(reps, now, self.wall())
+        self.adoption.observe(reps, now)
         for t in transitions:
             a = t.finding
             log.log(logging.WARNING if t.kind == "raised" else logging.INFO, "finding %s: %s %s %s (%s)",
@@ -165,7 +196,7 @@ class Reconciler:
     # ------------------------------------------------------------ taints
 
     def _sync_taints(self, now: float) -> None:
-        want = list(self.desired.taints)
+        want = self.adoption.keep(self.node, list(self.desired.taints), self._ours, self._budgeted, self._gate)
         current = taints_of(self.node)
         self.would["taint"], self.would["untaint"] = set(), set()
         self.withheld = []
@@ -193,6 +224,9 @@ class Reconciler:
     def _ours(self, t: dict[str, Any]) -> bool:
         """One of the taints this reconciler manages."""
         return self._owns(str(t.get("key", "")))
+
+    def _gate(self, t: dict[str, Any]) -> bool:
+        return str(t.get("key", ""))[len(self.cfg.taint_prefix):] in self.gates
 
     def _budgeted(self, t: dict[str, Any]) -> bool:
         """One of ours that holds a slot of the fleet-wide budget (gates such as preflight do not)."""
