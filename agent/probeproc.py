@@ -11,7 +11,7 @@ until the mount recovers (tests/test_probe_isolation.py shows it on a real
 FUSE mount).
 
 These calls therefore run in one small long-lived worker process per agent
-(`python -m agent.probeproc`), one thread per call inside it, so one hung path
+(`python -m agent.probe_worker`), one thread per call inside it, so one hung path
 does not delay the others. The worker is started by exec with close_fds (and
 the lock is O_CLOEXEC), so it never holds the state-dir lock; it ends when its
 stdin closes, which happens when the agent exits whatever state it is in. A
@@ -31,22 +31,19 @@ import itertools
 import logging
 import os
 import pickle
-import signal
-import struct
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable, Hashable
-from typing import IO, Any, TypeVar
+from typing import Any, TypeVar
 
 from .probe import Prober, ProbeResult
+from .probe_worker import LEN, read_frame
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-_LEN = struct.Struct("<I")
-MAX_FRAME = 1 << 20
 
 
 def _python() -> str:
@@ -86,7 +83,7 @@ class _Worker:
         # exec with close_fds: nothing of the agent's is inherited, not even its stderr
         # (a worker left in a hung call must not hold the agent's log stream open).
         self.proc = subprocess.Popen(
-            [_python(), "-m", "agent.probeproc", name],
+            [_python(), "-S", "-m", "agent.probe_worker", name],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, close_fds=True, bufsize=0,
             env=_env(),
         )
@@ -103,7 +100,7 @@ class _Worker:
             self.calls[cid] = call
             try:
                 assert self.proc.stdin is not None
-                self.proc.stdin.write(_LEN.pack(len(data)) + data)
+                self.proc.stdin.write(LEN.pack(len(data)) + data)
             except OSError:
                 del self.calls[cid]
                 self.alive = False
@@ -112,7 +109,7 @@ class _Worker:
     def _read(self) -> None:
         assert self.proc.stdout is not None
         try:
-            while (frame := _read_frame(self.proc.stdout)) is not None:
+            while (frame := read_frame(self.proc.stdout)) is not None:
                 cid, ok, payload = pickle.loads(frame)
                 with self.lock:
                     call = self.calls.pop(cid, None)
@@ -199,61 +196,3 @@ class IsolatedProber:
             worker, self._worker = self._worker, None
         if worker is not None:
             worker.close()
-
-
-def _read_frame(fh: IO[bytes]) -> bytes | None:
-    head = _read_exact(fh, _LEN.size)
-    if head is None:
-        return None
-    (n,) = _LEN.unpack(head)
-    if n > MAX_FRAME:
-        raise ValueError(f"frame of {n} bytes")
-    body = _read_exact(fh, n)
-    if body is None:
-        raise EOFError("cut short")
-    return body
-
-
-def _read_exact(fh: IO[bytes], n: int) -> bytes | None:
-    buf = b""
-    while len(buf) < n:
-        chunk = fh.read(n - len(buf))
-        if not chunk:
-            if buf:
-                raise EOFError("cut short")
-            return None
-        buf += chunk
-    return buf
-
-
-# ---------------------------------------------------------------- the worker
-
-
-def _serve() -> int:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's ^C goes to the agent; we end with its pipe
-    out_lock = threading.Lock()
-    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
-
-    def run(cid: int, fn: Callable[[], Any]) -> None:
-        try:
-            answer: tuple[int, bool, Any] = (cid, True, fn())
-        except BaseException as exc:  # noqa: BLE001 - the caller's result
-            answer = (cid, False, exc)
-        try:
-            data = pickle.dumps(answer)
-        except Exception as exc:  # noqa: BLE001 - an unpicklable value or exception
-            data = pickle.dumps((cid, False, RuntimeError(f"{type(exc).__name__}: {exc}")))
-        with out_lock:
-            stdout.write(_LEN.pack(len(data)) + data)
-            stdout.flush()
-
-    while (frame := _read_frame(stdin)) is not None:
-        cid, fn = pickle.loads(frame)
-        threading.Thread(target=run, args=(cid, fn), daemon=True).start()
-    # End of input: the agent is gone or closed us. A thread still in a hung
-    # call keeps this process until the call returns; nothing else waits on it.
-    os._exit(0)
-
-
-if __name__ == "__main__":
-    sys.exit(_serve())
