@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import json
 import os
+import textwrap
 from pathlib import Path
 from typing import Any
 
 import pytest
 from fakenvml import h100
 from fakenvml.fixtures import *  # noqa: F403 - fixtures
-from kube_support import fake, make_reconciler, settings  # noqa: F401 - fixtures
+from kube_support import NODE, PREFIX, fake, make_reconciler, settings, wait_for  # noqa: F401 - fixtures
+from test_kube_daemon import BASE, _get, agent_run  # noqa: F401 - fixture
 
 from agent import state
 from agent.checks.gpu import GpuCheck
@@ -62,3 +64,35 @@ def test_gpu_poll_state_that_is_a_list(gpu_context: Any, host: Any, scenario: An
     assert not [f for f in obs.findings if f.reason in ("GpuMissing", "NvmlError")], obs.findings
     assert set_aside(ctx.state_dir, "gpu-poll.json") and set_aside(ctx.state_dir, "gpu-inventory.json")
     assert json.loads(Path(ctx.state_dir, "gpu-poll.json").read_text())["seen"] == ["0000:18:00"]
+
+
+def test_agent_starts_on_a_damaged_kubernetes_state_and_keeps_the_taint(fake: Any, agent_run: Any, tmp_path: Path) -> None:
+    """`agent run` used to exit at start with AttributeError (a crash loop, the node
+    unmonitored); now it comes up, and the node keeps the taint it carried."""
+    taint = {"key": PREFIX + "disk", "value": "DiskFull", "effect": "NoSchedule"}
+    fake.edit_node(NODE, lambda n: n["spec"].update(taints=[taint]))
+    (tmp_path / "state").mkdir()
+    (tmp_path / "state" / "kubernetes.json").write_text('[{"version": 1, "active": []}]')
+    config = BASE + textwrap.dedent("""
+        [checks.network]
+        enabled = false
+        [checks.disk]
+        paths = ["/"]
+        include_state_dir = false
+        write_probe = false
+        interval = "1s"
+        warning_free_percent = 0.0
+        critical_free_percent = 0.0
+        inodes_warning_free_percent = 0.0
+        inodes_critical_free_percent = 0.0
+        [kubernetes.hysteresis]
+        clear_cycles = 1000
+        clear_after = "1h"
+    """)
+    _, url = agent_run(config, "--kubeconfig", fake.kubeconfig(str(tmp_path / "kubeconfig")))
+    wait_for(lambda: 'node_health_check_runs_total{check="disk"} 5.0' in (_get(url) or ""), timeout=60)
+    text = _get(url) or ""
+    assert 'node_health_state_file_rejected_total{file="kubernetes.json"} 1.0' in text
+    assert set_aside(tmp_path / "state", "kubernetes.json")
+    assert [t for t in fake.node(NODE)["spec"]["taints"] if t["key"] == taint["key"]] == [taint], \
+        "five clean runs of the disk check, fewer than clear_cycles: the node is not released"

@@ -206,22 +206,28 @@ def check_saved(raw: Any) -> dict[str, Any]:
     if d.get("cursor") is not None:
         integer(d["cursor"], "stream.cursor")
     for i, row in enumerate(seq(d.get("active", []), "stream.active")):
-        where = f"stream.active[{i}]"
-        if len(seq(row, where)) != 7:
-            raise Damaged(f"{where}: expected 7 fields, got {len(row)}")
-        s, r, sev, msg, action, until, count = row
-        text(s, f"{where}.subject"), text(r, f"{where}.reason"), Severity(text(sev, f"{where}.severity"))
-        text(msg, f"{where}.message"), text(action, f"{where}.action"), integer(count, f"{where}.count")
+        s, r, sev, msg, action, until, count = _row(row, 7, f"stream.active[{i}]")
+        for value, what in ((s, "subject"), (r, "reason"), (msg, "message"), (action, "action")):
+            text(value, f"stream.active[{i}].{what}")
+        Severity(text(sev, f"stream.active[{i}].severity"))
+        integer(count, f"stream.active[{i}].count")
         if until is not None:
-            number(until, f"{where}.until")
+            number(until, f"stream.active[{i}].until")
     for i, row in enumerate(seq(d.get("counts", []), "stream.counts")):
-        where = f"stream.counts[{i}]"
-        if len(seq(row, where)) != 3:
-            raise Damaged(f"{where}: expected 3 fields, got {len(row)}")
-        text(row[0], f"{where}.gpu"), text(row[1], f"{where}.xid"), integer(row[2], f"{where}.count")
-    integer(d.get("lost", 0), "stream.lost"), integer(d.get("gaps", 0), "stream.gaps")
-    coverage = seq(d.get("coverage", [0.0, ""]), "stream.coverage")
-    if len(coverage) != 2:
-        raise Damaged(f"stream.coverage: expected 2 fields, got {len(coverage)}")
-    number(coverage[0], "stream.coverage[0]"), text(coverage[1], "stream.coverage[1]")
+        gpu, xid, n = _row(row, 3, f"stream.counts[{i}]")
+        text(gpu, f"stream.counts[{i}].gpu")
+        text(xid, f"stream.counts[{i}].xid")
+        integer(n, f"stream.counts[{i}].count")
+    integer(d.get("lost", 0), "stream.lost")
+    integer(d.get("gaps", 0), "stream.gaps")
+    until, message = _row(d.get("coverage", [0.0, ""]), 2, "stream.coverage")
+    number(until, "stream.coverage[0]")
+    text(message, "stream.coverage[1]")
     return d
+
+
+def _row(value: Any, n: int, where: str) -> list[Any]:
+    row = seq(value, where)
+    if len(row) != n:
+        raise Damaged(f"{where}: expected {n} fields, got {len(row)}")
+    return row
