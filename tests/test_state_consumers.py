@@ -31,7 +31,7 @@ def test_kubernetes_state_that_is_a_list(fake: Any, tmp_path: Path) -> None:
     sd.mkdir()
     (sd / "kubernetes.json").write_text('[{"version": 1, "active": []}]')
     rec = make_reconciler(fake, str(tmp_path), settings(), state=str(sd))  # was: AttributeError: 'list' ... 'get'
-    assert rec.hyst.active == {} and rec.outbox == [] and not rec.budget.held
+    assert rec.hyst.active == {} and rec.outbox.items == [] and not rec.budget.held
     assert set_aside(sd, "kubernetes.json") and state.rejected()["kubernetes.json"] >= 1
 
 

@@ -19,13 +19,16 @@ finding says at once whether the burn passed.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from .hysteresis import ALL, Report
 from .nodes import taints_of, triple
 from .policy import DesiredTaint
 from .settings import HysteresisSection
+
+if TYPE_CHECKING:
+    from .taint_writer import TaintWriter
 
 log = logging.getLogger(__name__)
 
@@ -58,27 +61,26 @@ class Adoption:
             return True
         return False
 
-    def keep(self, node: dict[str, Any] | None, want: list[DesiredTaint], ours: Callable[[dict[str, Any]], bool],
-             budgeted: Callable[[dict[str, Any]], bool], gate: Callable[[dict[str, Any]], bool]) -> list[DesiredTaint]:
+    def keep(self, node: dict[str, Any] | None, want: list[DesiredTaint], writer: TaintWriter) -> list[DesiredTaint]:
         """`want` plus the taints of ours that were on the node when it was first
         read, while adoption holds. A gate (preflight) follows its own check as
         soon as every check has reported once: its pass releases the node at once."""
         if not self.holding or node is None:
             return want
         if self._adopted is None:
-            self._adopted = frozenset(str(t.get("key", "")) for t in taints_of(node) if ours(t))
+            self._adopted = frozenset(str(t.get("key", "")) for t in taints_of(node) if writer.ours(t))
         keys = {d.key for d in want}
         kept = [
             t for t in taints_of(node)
             if str(t.get("key", "")) in self._adopted and str(t.get("key", "")) not in keys
-            and not (gate(t) and self._since is not None)
+            and not (writer.gate(t) and self._since is not None)
         ]
         adopted = tuple(sorted(triple(t) for t in kept))
         if adopted and adopted != self._logged:
             log.warning("node carries taints of ours %s and no state of earlier runs is kept: "
                         "holding them until the checks have run", [f"{k}={v}:{e}" for k, v, e in adopted])
             self._logged = adopted
-        return want + [DesiredTaint(*triple(t), budgeted=budgeted(t)) for t in kept]
+        return want + [DesiredTaint(*triple(t), budgeted=writer.budgeted(t)) for t in kept]
 
     def deadline(self) -> float | None:
         return self._since + self.period if self.holding and self._since is not None else None
