@@ -15,7 +15,7 @@ import dataclasses
 import logging
 import signal
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from types import FrameType
 from typing import TYPE_CHECKING
@@ -32,7 +32,7 @@ from .sdnotify import Notifier
 from .sources import EventSource
 from .state import StateDir
 from .store import Snapshot, Store
-from .web.server import MetricsServer
+from .web.server import MetricsServer, WebCounters
 from .web.settings import WebSettings, resolve
 
 if TYPE_CHECKING:
@@ -70,6 +70,9 @@ class Daemon:
         self.metrics: MetricsServer | None = None
         self.web: WebSettings = resolve(cfg.metrics, cfg.source)
         self.watcher: FileWatcher | None = None
+        self.web_counters = WebCounters(
+            lambda samples: self.scheduler.call_soon(lambda: self.store.set_extra("web", samples()))
+        )
         self.sources: list[EventSource] = []
         self.kube: Actuator | None = None
         self.state = StateDir(state_dir(cfg, explicit=bool(overrides.state_dir)))
@@ -166,12 +169,9 @@ class Daemon:
             self.kube = None
 
     def _bind_metrics(self) -> None:
-        def publish(samples: Callable[[], list[Sample]]) -> None:
-            self.scheduler.call_soon(lambda: self.store.set_extra("web", samples()))
-
         key = "--listen" if self.overrides.listen else f"{self.cfg.source}: metrics.listen"
         self.metrics = MetricsServer(
-            self.cfg.metrics, build_registry(self.store), self.store, web=self.web, publish=publish, key=key
+            self.cfg.metrics, build_registry(self.store), self.store, web=self.web, counters=self.web_counters, key=key
         )
 
     def _serve_metrics(self) -> None:

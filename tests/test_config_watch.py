@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import os
+import re
 from pathlib import Path
 
 import bcrypt
@@ -33,7 +34,8 @@ def test_a_configmap_swap_reloads_and_a_bad_one_keeps_the_running_config(tmp_pat
     try:
         agent.wait_ready()
         assert agent.value("node_health_config_reloads_total", result="success") == 0
-        assert agent.get("/metrics")[0] == 200
+        scrapes = wait_for(lambda: (agent.value("node_health_http_requests_total", handler="metrics", code="200") or 0)
+                           >= 3 and 3, what="three scrapes counted")
 
         hashed = bcrypt.hashpw(b"s3cret", bcrypt.gensalt(rounds=4)).decode()
         configmap_update(cm, "2026_11_25_02", f'[metrics.basic_auth_users]\nprometheus = "{hashed}"\n')
@@ -41,6 +43,10 @@ def test_a_configmap_swap_reloads_and_a_bad_one_keeps_the_running_config(tmp_pat
         auth = {"Authorization": "Basic " + base64.b64encode(b"prometheus:s3cret").decode()}
         code, body = agent.get("/metrics", auth)
         assert code == 200 and b'node_health_config_reloads_total{result="success"} 1.0' in body
+        # The server was made anew for the new settings; its counters were not reset.
+        after = re.search(rb'node_health_http_requests_total\{code="200",handler="metrics"\} (\S+)', body)
+        assert after is not None and float(after.group(1)) >= scrapes  # one authorized scrape since: not reset
+        assert b'node_health_http_requests_total{code="401",handler="metrics"}' in body
 
         configmap_update(cm, "2026_11_25_03", "[checks.no_such_check]\n")
         wait_for(lambda: b'node_health_config_reloads_total{result="failure"} 1.0' in agent.get("/metrics", auth)[1],

@@ -21,7 +21,7 @@ from agent.config import MetricsSection
 from agent.findings import Sample
 from agent.metrics import build_registry
 from agent.store import Store
-from agent.web.server import MetricsServer
+from agent.web.server import MetricsServer, WebCounters
 from agent.web.settings import load_file
 
 
@@ -41,7 +41,7 @@ class Served:
         store = Store()
         store.tick()
         self.server = MetricsServer(MetricsSection(listen=f"127.0.0.1:{self.port}"), build_registry(store), store,
-                                    web=web, publish=self.published.append)
+                                    web=web, counters=WebCounters(self.published.append))
         self.server.start()
 
     def value(self, name: str, **labels: str) -> float | None:

@@ -206,6 +206,50 @@ def _norm(kind: str, value: str) -> str:
     return value
 
 
+class WebCounters:
+    """What the endpoint counts. It outlives a server: a reload that makes a
+    new one (new address or settings) does not reset the counters.
+    `publish` hands them to the daemon's loop, at most one hand-over pending."""
+
+    def __init__(self, publish: Callable[[Callable[[], list[Sample]]], None] | None = None) -> None:
+        self._publish = publish
+        self._counts: dict[tuple[str, str], int] = {}
+        self._reloads = {"success": 0, "failure": 0}
+        self._reload_ok = True
+        self._lock = threading.Lock()
+        self._pending = False
+
+    def count(self, handler: str, code: int) -> None:
+        with self._lock:
+            k = (handler, str(code))
+            self._counts[k] = self._counts.get(k, 0) + 1
+        self.flush()
+
+    def reloaded(self, ok: bool) -> None:
+        with self._lock:
+            self._reloads["success" if ok else "failure"] += 1
+            self._reload_ok = ok
+        self.flush()
+
+    def samples(self) -> list[Sample]:
+        with self._lock:
+            self._pending = False
+            out = [Sample("node_health_http_requests_total", n, (("handler", h), ("code", c)))
+                   for (h, c), n in sorted(self._counts.items())]
+            out += [Sample("node_health_web_config_reloads_total", n, (("result", r),)) for r, n in self._reloads.items()]
+            out.append(Sample("node_health_web_config_last_reload_successful", 1.0 if self._reload_ok else 0.0))
+        return out
+
+    def flush(self) -> None:
+        if self._publish is None:
+            return
+        with self._lock:
+            if self._pending:
+                return
+            self._pending = True
+        self._publish(self.samples)
+
+
 class MetricsServer:
     """Serves /metrics, /healthz and / in a daemon thread. Binds when made:
     a ListenError (one line, exit code) or a ConfigError comes from here."""
@@ -218,21 +262,16 @@ class MetricsServer:
         *,
         web: WebSettings | None = None,
         stall_after: float = 30.0,
-        publish: Callable[[Callable[[], list[Sample]]], None] | None = None,
+        counters: WebCounters | None = None,
         key: str = "metrics.listen",
     ) -> None:
         self._stall_after = stall_after
         self._store = store
         self._registry = registry
-        self._publish = publish
-        self._counts: dict[tuple[str, str], int] = {}
-        self._reloads = {"success": 0, "failure": 0}
-        self._reload_ok = True
-        self._lock = threading.Lock()
-        self._pending = False
+        self.counters = counters or WebCounters()
         self._auth = _Auth()
         self._rate = _RateLimit()
-        self.serving = Serving(web or resolve(cfg, "config"), self._reloaded)
+        self.serving = Serving(web or resolve(cfg, "config"), self.counters.reloaded)
         family, sockaddr = resolve_listen(cfg.listen, key)
         self._httpd = _Server(family, sockaddr, _handler(self), self.serving)
         try:
@@ -264,43 +303,16 @@ class MetricsServer:
     def authorized(self, settings: WebSettings, header: str | None) -> bool:
         return not settings.users or self._auth.check(settings.users, header)
 
-    # ------------------------------------------------------------ counters
-
     def count(self, handler: str, code: int) -> None:
-        with self._lock:
-            k = (handler, str(code))
-            self._counts[k] = self._counts.get(k, 0) + 1
-        self._flush()
-
-    def _reloaded(self, ok: bool) -> None:
-        with self._lock:
-            self._reloads["success" if ok else "failure"] += 1
-            self._reload_ok = ok
-        self._flush()
+        self.counters.count(handler, code)
 
     def samples(self) -> list[Sample]:
-        with self._lock:
-            self._pending = False
-            out = [Sample("node_health_http_requests_total", n, (("handler", h), ("code", c)))
-                   for (h, c), n in sorted(self._counts.items())]
-            out += [Sample("node_health_web_config_reloads_total", n, (("result", r),)) for r, n in self._reloads.items()]
-            out.append(Sample("node_health_web_config_last_reload_successful", 1.0 if self._reload_ok else 0.0))
-        return out
-
-    def _flush(self) -> None:
-        """Hand the counters to `publish` (the daemon's loop), at most one hand-over pending."""
-        if self._publish is None:
-            return
-        with self._lock:
-            if self._pending:
-                return
-            self._pending = True
-        self._publish(self.samples)
+        return self.counters.samples()
 
     # ------------------------------------------------------------ lifecycle
 
     def start(self) -> None:
-        self._flush()
+        self.counters.flush()
         self._thread.start()
 
     def stop(self) -> None:
@@ -317,11 +329,14 @@ def _handler(outer: MetricsServer) -> type:
         def log_message(self, format: str, *args: Any) -> None:
             log.debug("http %s " + format, self.client_address[0], *args)
 
+        served = 0
+
         def handle_one_request(self) -> None:
-            # Wait for the next request as long as an idle connection is kept,
-            # then read it within the request timeout.
+            # A new connection gets the request timeout for its first request; after
+            # one, it may idle as long as a scraper keeps it. A request, once its
+            # first byte came, is read within the request timeout.
             try:
-                self.connection.settimeout(IDLE_TIMEOUT)
+                self.connection.settimeout(IDLE_TIMEOUT if self.served else REQUEST_TIMEOUT)
                 if not self.rfile.peek(1):  # type: ignore[attr-defined] # a BufferedReader (rbufsize -1)
                     self.close_connection = True
                     return
@@ -330,6 +345,7 @@ def _handler(outer: MetricsServer) -> type:
                 self.close_connection = True
                 return
             super().handle_one_request()
+            self.served += 1
 
         def do_GET(self) -> None:
             self._serve(body=True)
