@@ -170,7 +170,7 @@ def cmd_config_check(args: argparse.Namespace) -> int:
     import dataclasses
 
     from .config import load
-    from .web.server import check_listen
+    from .web.listen import check_listen
     from .web.settings import resolve
 
     cfg = load(args.file)
@@ -178,7 +178,7 @@ def cmd_config_check(args: argparse.Namespace) -> int:
     if args.web_config_file:
         metrics = dataclasses.replace(metrics, web_config_file=args.web_config_file)
     web = resolve(metrics, cfg.source)
-    check_listen(metrics.listen, f"{cfg.source}: metrics.listen")
+    check_listen(metrics.listen, cfg.source)
     print(f"{args.file}: ok" + (f" (web config {web.source}: ok)" if web.from_file else ""))
     return 0
 
@@ -218,7 +218,7 @@ def _did_you_mean(word: str, choices: Any) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     from .config import ConfigError
     from .state import StateDirError
-    from .web.server import ListenError
+    from .web.listen import ListenError
 
     try:
         # Feature command modules import the parsers: a bad NODE_HEALTH_AGENT_PARSERS

@@ -187,7 +187,7 @@ class Daemon:
 
     def _restart_metrics(self, old: Config, old_web: WebSettings) -> None:
         """New settings for /metrics: the old server goes first (the address may be the same)."""
-        from .web.server import ListenError
+        from .web.listen import ListenError
 
         if self.metrics:
             self.metrics.stop()

@@ -14,7 +14,6 @@ settings; /healthz needs neither auth nor a token, so probes keep working.
 from __future__ import annotations
 
 import base64
-import errno
 import gzip
 import hashlib
 import ipaddress
@@ -31,10 +30,11 @@ from prometheus_client.core import CollectorRegistry
 from prometheus_client.exposition import choose_encoder, generate_latest
 
 from .. import __version__
-from ..config import ConfigError, MetricsSection, split_host_port
+from ..config import MetricsSection
 from ..findings import Sample
 from ..metrics import AgentRegistry
 from ..store import Store
+from .listen import bind_error, resolve_listen
 from .settings import WebSettings, resolve
 from .tls import Serving
 
@@ -46,38 +46,6 @@ MAX_CONNECTIONS = 64
 # exporter-toolkit's stand-in hash ("fakepassword") for an unknown user.
 _FAKE_HASH = "$2y$10$QOauhQNbBCuQDKes6eFzPeMqBSjb7Mr5DUmpZ/VcEd00UAV/LDeSi"
 _HANDLERS = {"/metrics": "metrics", "/healthz": "healthz", "/": "root"}
-
-
-class ListenError(Exception):
-    """The address cannot be served: one line, and the exit code that says
-    whether trying again can help (2: no, the config must change; 3: yes)."""
-
-    def __init__(self, message: str, exit_code: int) -> None:
-        super().__init__(message)
-        self.exit_code = exit_code
-
-
-def resolve_listen(listen: str, key: str) -> tuple[int, tuple[Any, ...]]:
-    """(family, sockaddr) for ``host:port``; an empty host is every IPv4 address."""
-    host, port = split_host_port(listen)
-    try:
-        infos = socket.getaddrinfo(host or "0.0.0.0", port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-    except socket.gaierror as exc:
-        again = exc.errno in (socket.EAI_AGAIN,)
-        raise ListenError(f'{key}: cannot resolve "{host}": {exc.strerror}', 3 if again else 2) from None
-    family, _, _, _, sockaddr = infos[0]
-    return family, sockaddr
-
-
-def _bind_error(listen: str, key: str, exc: OSError) -> ListenError:
-    if exc.errno == errno.EACCES:
-        return ListenError(
-            f"{key}: cannot listen on {listen}: permission denied (ports below 1024 need root or CAP_NET_BIND_SERVICE)",
-            2,
-        )
-    if exc.errno == errno.EADDRINUSE:
-        return ListenError(f"{key}: cannot listen on {listen}: the address is already in use", 3)
-    return ListenError(f"{key}: cannot listen on {listen}: {exc.strerror or exc}", 3)
 
 
 class _Auth:
@@ -279,7 +247,7 @@ class MetricsServer:
             self._httpd.server_activate()
         except OSError as exc:
             self._httpd.server_close()
-            raise _bind_error(cfg.listen, key, exc) from None
+            raise bind_error(cfg.listen, key, exc) from None
         self.address = self._httpd.server_address
         self._thread = threading.Thread(target=self._httpd.serve_forever, name="metrics-http", daemon=True)
 
@@ -390,11 +358,3 @@ def _handler(outer: MetricsServer) -> type:
                 self.wfile.write(payload)
 
     return Handler
-
-
-def check_listen(listen: str, key: str) -> None:
-    """What `agent config check` can know of the address before binding: it resolves."""
-    try:
-        resolve_listen(listen, key)
-    except ListenError as exc:
-        raise ConfigError(key, None, str(exc).partition(": ")[2]) from None
