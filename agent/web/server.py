@@ -51,6 +51,7 @@ _HANDLERS = {"/metrics": "metrics", "/healthz": "healthz", "/": "root"}
 class _Auth:
     def __init__(self) -> None:
         self._ok: dict[bytes, None] = {}  # verified (user, password, hash), oldest first
+        self._lock = threading.Lock()
         self._bcrypt = threading.Lock()
 
     def check(self, users: Mapping[str, str], header: str | None) -> bool:
@@ -62,17 +63,19 @@ class _Auth:
             return False
         hashed = users.get(user)
         token = hashlib.sha256(f"{user}\0{password}\0{hashed}".encode()).digest()
-        if hashed is not None and token in self._ok:
-            return True
+        with self._lock:
+            if hashed is not None and token in self._ok:
+                return True
         import bcrypt
 
         with self._bcrypt:  # bcrypt is slow on purpose: one at a time
             ok = bcrypt.checkpw(password.encode(), (hashed or _FAKE_HASH).encode())
         if not ok or hashed is None:
             return False
-        self._ok[token] = None
-        if len(self._ok) > 64:
-            del self._ok[next(iter(self._ok))]
+        with self._lock:
+            self._ok[token] = None
+            if len(self._ok) > 64:
+                del self._ok[next(iter(self._ok))]
         return True
 
 
