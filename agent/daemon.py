@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from . import __version__, native
 from .checks import CheckContext, build_sources
 from .config import Config, ConfigError
-from .filewatch import FileWatcher
+from .filewatch import FileWatcher, stamp
 from .findings import Finding, Sample, Severity
 from .metrics import build_registry
 from .runtime import Overrides, build_checks, host_paths, load_config, node_name, state_dir
@@ -70,6 +70,7 @@ class Daemon:
         self.metrics: MetricsServer | None = None
         self.web: WebSettings = resolve(cfg.metrics, cfg.source)
         self.watcher: FileWatcher | None = None
+        self._reload_stamp: tuple[tuple[str, object], ...] = ()
         self.web_counters = WebCounters(
             lambda samples: self.scheduler.call_soon(lambda: self.store.set_extra("web", samples()))
         )
@@ -101,9 +102,12 @@ class Daemon:
         self.store.subscribe(lambda snap: self.kube.offer(snap) if self.kube else None)
         if self.kube is not None:
             self.kube.offer(self.store.snapshot())
-        self._serve_metrics()
+        # Signals first: the address is bound since start-up, so a client may be
+        # answered (and send SIGHUP) the moment serving starts.
         self._install_signals()
-        self.watcher = FileWatcher(self._watched, lambda: self.scheduler.call_soon(self.reload))
+        self._serve_metrics()
+        self._reload_stamp = stamp(self._watched())
+        self.watcher = FileWatcher(self._watched, lambda: self.scheduler.call_soon(self._files_changed))
         self.watcher.start()
         self.notifier.ready(summary(self.store.snapshot()))
         try:
@@ -228,8 +232,14 @@ class Daemon:
         samples.append(Sample("node_health_config_last_reload_successful", 1.0 if self._last_reload_ok else 0.0))
         self.store.set_extra("config", samples)
 
+    def _files_changed(self) -> None:
+        """The watcher saw a change; a SIGHUP may have reloaded these very files already."""
+        if stamp(self._watched()) != self._reload_stamp:
+            self.reload()
+
     def reload(self) -> None:
         """Runs on the loop thread. A bad config keeps the running one."""
+        self._reload_stamp = stamp(self._watched())
         self.notifier.reloading()
         log.info("reloading the configuration")
         try:
