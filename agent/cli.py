@@ -232,9 +232,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         # surfaces here, before any argument is parsed.
         args = build_parser().parse_args(argv)
         return int(args.func(args))
-    except (ConfigError, StateDirError) as exc:
+    except ConfigError as exc:
         print(f"agent: {exc}", file=sys.stderr)
         return 2
+    except StateDirError as exc:  # 3 for a lock held by an agent that may be stopping
+        print(f"agent: {exc}", file=sys.stderr)
+        return exc.exit_code
     except UsageError as exc:
         print(f"agent {args.command}: error: {exc}", file=sys.stderr)
         return 2

@@ -5,6 +5,7 @@ kubeconfig that does not exist, before it was mended."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import socket
@@ -64,6 +65,15 @@ def test_port_already_in_use_exits_3_so_systemd_tries_again(tmp_path: Path) -> N
         proc = agent(tmp_path, "run", "--listen", f"127.0.0.1:{port}")
     line = one_line(proc, 3, f"127.0.0.1:{port}", "already in use")
     assert line.startswith("agent: --listen:")
+
+
+def test_state_dir_locked_by_another_agent_exits_3_so_systemd_tries_again(tmp_path: Path) -> None:
+    """With RestartPreventExitStatus=2, a lock still held by the stopping agent must not end the retries."""
+    (tmp_path / "state").mkdir(mode=0o700)
+    with open(tmp_path / "state" / "agent.lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        proc = agent(tmp_path, "run", "--listen", f"127.0.0.1:{free_port()}")
+    one_line(proc, 3, "another agent holds its lock")
 
 
 def test_privileged_port_as_non_root() -> None:
