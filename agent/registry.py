@@ -23,12 +23,14 @@ from .gpu import catalog as gpu_catalog
 from .kube import catalog as kube
 from .network import catalog as network_catalog
 from .traffic import catalog as traffic_catalog
+from .web import CATALOG as WEB_CATALOG
+from .web import METRICS as WEB_METRICS
 
 CHECKS: Mapping[str, CheckSpec] = MappingProxyType(
     {spec.name: spec for spec in (disk.SPEC, network.SPEC, gpu.SPEC, traffic.SPEC, burn.SPEC)}
 )
 
-CATALOG: Catalog = Catalog.merge(*(spec.catalog for spec in CHECKS.values()), kube.CATALOG)
+CATALOG: Catalog = Catalog.merge(*(spec.catalog for spec in CHECKS.values()), kube.CATALOG, WEB_CATALOG)
 
 # What each feature declares, by feature name ("core": the agent's own): the
 # per-feature tables of docs/*.md are generated from it (`agent docs reasons gpu`).
@@ -40,4 +42,5 @@ FEATURES: Mapping[str, tuple[tuple[Reason, ...], tuple[MetricSpec, ...]]] = Mapp
     "traffic": (traffic_catalog.REASONS, traffic_catalog.METRICS),
     "burn": (burn_catalog.REASONS, burn_catalog.METRICS),
     "kube": (kube.REASONS, kube.METRICS),
+    "web": ((), WEB_METRICS),
 })

@@ -22,7 +22,8 @@ from prometheus_client.exposition import generate_latest
 from agent.catalog import Catalog, MetricSpec, Reason
 from agent.config import MetricsSection
 from agent.findings import Finding, Observation, Sample, Severity
-from agent.metrics import AgentCollector, MetricsServer, build_registry, render_families
+from agent.metrics import AgentCollector, build_registry, render_families
+from agent.web.server import MetricsServer
 from agent.store import Store
 
 METRICS = (
