@@ -68,6 +68,6 @@ def reasons(result: dict[str, Any], subject: str) -> set[str]:
 
 def sample(result: dict[str, Any], name: str, path: str) -> float | None:
     for n, labels, value in result["samples"]:
-        if n == name and labels.get("path") == path:
+        if n == name and labels.get("mountpoint") == path:
             return float(value)
     return None

@@ -128,6 +128,6 @@ def reasons(obs: Observation, subject: str) -> set[str]:
 
 def value(obs: Observation, name: str, path: str) -> float | None:
     for s in obs.samples:
-        if s.name == name and dict(s.labels).get("path") == path:
+        if s.name == name and dict(s.labels).get("mountpoint") == path:
             return s.value
     return None

@@ -35,7 +35,7 @@ def test_healthy_h100s_have_no_findings(gpu_context, scenario, host) -> None:
     host.add_gpu("0000:28:00")
     _, obs = run(gpu_context)
     assert obs.findings == ()
-    assert sample(obs, "node_health_gpu_count", source="nvml") == 2
+    assert sample(obs, "node_health_gpus", source="nvml") == 2
     assert sample(obs, "node_health_gpu_info", gpu="0", pci_bus_id="00000000:18:00.0", model="NVIDIA H100 80GB HBM3") == 1
     assert sample(obs, "node_health_gpu_nvlink_up", gpu="1", link="17") == 1
     assert sample(obs, "node_health_gpu_temperature_threshold_celsius", gpu="0", threshold="slowdown") == 87

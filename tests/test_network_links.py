@@ -44,8 +44,8 @@ def test_peer_down_is_link_down_and_back_up_clears(pair: VethPair, tmp_path: Pat
     with runner(pair.a, cfg, str(tmp_path)) as r:
         first = r.run()
         assert first.reasons == set()
-        assert first.sample("node_health_network_link_carrier", interface=pair.a_if) == 1
-        assert first.sample("node_health_network_link_operstate", interface=pair.a_if, operstate="up") == 1
+        assert first.sample("node_health_network_link_carrier", device=pair.a_if) == 1
+        assert first.sample("node_health_network_link_operstate", device=pair.a_if, operstate="up") == 1
         assert first.data["subjects"][pair.a_if].startswith("up, carrier")
 
         pair.b.ip("link", "set", pair.b_if, "down")
@@ -53,13 +53,13 @@ def test_peer_down_is_link_down_and_back_up_clears(pair: VethPair, tmp_path: Pat
         assert (pair.a_if, "LinkDown") in down.reasons
         assert down.finding(pair.a_if, "LinkDown")["severity"] == "critical"
         assert "no carrier" in down.finding(pair.a_if, "LinkDown")["message"]
-        assert down.sample("node_health_network_link_carrier", interface=pair.a_if) == 0
-        assert down.sample("node_health_network_link_admin_up", interface=pair.a_if) == 1
+        assert down.sample("node_health_network_link_carrier", device=pair.a_if) == 0
+        assert down.sample("node_health_network_link_admin_up", device=pair.a_if) == 1
 
         pair.b.ip("link", "set", pair.b_if, "up")
         back = until(r.run, lambda res: not res.reasons)
         assert back.reasons == set()
-        assert back.sample("node_health_network_link_operstate", interface=pair.a_if, operstate="up") == 1
+        assert back.sample("node_health_network_link_operstate", device=pair.a_if, operstate="up") == 1
 
 
 @pytest.mark.privileged
@@ -69,7 +69,7 @@ def test_own_end_set_down_is_admin_down_not_link_down(pair: VethPair, tmp_path: 
         pair.a.ip("link", "set", pair.a_if, "down")
         res = r.run()
         assert res.reasons == {(pair.a_if, "LinkAdminDown")}
-        assert res.sample("node_health_network_link_admin_up", interface=pair.a_if) == 0
+        assert res.sample("node_health_network_link_admin_up", device=pair.a_if) == 0
 
 
 @pytest.mark.privileged

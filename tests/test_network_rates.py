@@ -149,7 +149,7 @@ def test_counter_reset_is_not_a_negative_rate(host: FixtureHost, tmp_path: Path)
 def test_counters_exported_as_the_kernel_gives_them(host: FixtureHost, tmp_path: Path) -> None:
     check = host.check(tmp_path)
     host.write(net_dev(lo=(1, 2, 3, 4, 5, 6, 7, 8)))
-    got = {s.name: s.value for s in check.run().samples if s.labels == (("interface", "lo"),)}
+    got = {s.name: s.value for s in check.run().samples if s.labels == (("device", "lo"),)}
     assert {
         k: v for k, v in got.items() if k.startswith(("node_health_network_receive", "node_health_network_transmit"))
     } == {

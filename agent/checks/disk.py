@@ -68,7 +68,7 @@ REASONS: tuple[Reason, ...] = (
 
 
 def _m(name: str, help_: str, kind: str = "gauge") -> MetricSpec:
-    return MetricSpec(f"node_health_disk_{name}", kind, help_, ("path",))  # type: ignore[arg-type]
+    return MetricSpec(f"node_health_disk_{name}", kind, help_, ("mountpoint",))  # type: ignore[arg-type]
 
 
 METRICS: tuple[MetricSpec, ...] = (

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
 
 def _sample(b: ObservationBuilder, name: str, value: float, t: Target) -> None:
-    b.sample(f"node_health_disk_{name}", value, path=t.subject)
+    b.sample(f"node_health_disk_{name}", value, mountpoint=t.subject)
 
 
 def report(

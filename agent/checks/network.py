@@ -68,7 +68,7 @@ LINK_REASONS = (
     "InterfaceCountersUnknown",
 )
 
-_IF, _T = ("interface",), ("target",)
+_IF, _T = ("device",), ("target",)
 METRICS: tuple[MetricSpec, ...] = (
     MetricSpec(
         "node_health_network_link_admin_up", "gauge", "1 if the interface is administratively up (IFF_UP).", _IF
@@ -78,7 +78,7 @@ METRICS: tuple[MetricSpec, ...] = (
         "node_health_network_link_operstate",
         "gauge",
         "1 for the interface's current RFC 2863 operstate, 0 for the others (all seven are exported).",
-        ("interface", "operstate"),
+        ("device", "operstate"),
     ),
     MetricSpec(
         "node_health_network_link_carrier_changes_total",
@@ -246,17 +246,17 @@ class NetworkCheck:
         return indexes
 
     def _link(self, b: ObservationBuilder, s: LinkState, now: float) -> None:
-        b.sample("node_health_network_link_admin_up", s.admin_up, interface=s.name)
-        b.sample("node_health_network_link_carrier", s.carrier, interface=s.name)
+        b.sample("node_health_network_link_admin_up", s.admin_up, device=s.name)
+        b.sample("node_health_network_link_carrier", s.carrier, device=s.name)
         for state in OPERSTATES:
-            b.sample("node_health_network_link_operstate", state == s.operstate, interface=s.name, operstate=state)
+            b.sample("node_health_network_link_operstate", state == s.operstate, device=s.name, operstate=state)
         if not s.admin_up:
             b.finding(s.name, "LinkAdminDown", f"administratively down (operstate {s.operstate})")
         elif not s.passing:
             carrier = "carrier" if s.carrier else "no carrier"
             b.finding(s.name, "LinkDown", f"up but not passing traffic: {carrier}, operstate {s.operstate}")
         if s.carrier_changes is not None:
-            b.sample("node_health_network_link_carrier_changes_total", s.carrier_changes, interface=s.name)
+            b.sample("node_health_network_link_carrier_changes_total", s.carrier_changes, device=s.name)
             window = self._flaps.setdefault(s.name, FlapWindow(self.cfg.flap_window))
             changes = window.changes(now, s.index, s.carrier_changes)
             if changes > self.cfg.flap_threshold:
@@ -285,7 +285,7 @@ class NetworkCheck:
                     b.finding(name, "InterfaceCountersUnknown", f"not in {self.ctx.paths.proc('net/dev')}")
                 continue
             for metric, field in _COUNTERS:
-                b.sample(f"node_health_network_{metric}_total", getattr(s, field), interface=name)
+                b.sample(f"node_health_network_{metric}_total", getattr(s, field), device=name)
             rates = self._rates.update(name, s, now, indexes.get(name))
             if rates is not None:
                 self._rate_findings(b, name, rates)

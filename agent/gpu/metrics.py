@@ -10,7 +10,7 @@ G = ("gpu",)
 
 GPU_METRICS: tuple[MetricSpec, ...] = (
     MetricSpec("node_health_nvml_up", "gauge", "1 if NVML initialised, 0 if it cannot be used."),
-    MetricSpec("node_health_gpu_count", "gauge", "GPUs by where they were counted (nvml, pci_bus: NVIDIA GPUs on the PCI bus for NVML, expected).", ("source",)),
+    MetricSpec("node_health_gpus", "gauge", "GPUs by where they were counted (nvml, pci_bus: NVIDIA GPUs on the PCI bus for NVML, expected).", ("source",)),
     MetricSpec("node_health_gpu_info", "gauge", "Always 1; the GPU's identity.", ("gpu", "uuid", "pci_bus_id", "model", "serial")),
     MetricSpec("node_health_gpu_up", "gauge", "1 if NVML answers for the GPU, 0 if it is lost or hung.", G),
     MetricSpec("node_health_gpu_ecc_errors_total", "counter", "ECC errors (volatile: since the driver loaded; aggregate: lifetime).", ("gpu", "error_type", "scope")),

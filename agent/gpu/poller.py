@@ -106,9 +106,9 @@ def _poll_gpus(check: GpuCheck, b: ObservationBuilder, count: int, state: dict[s
 def _count(b: ObservationBuilder, count: int, seen: dict[str, int], candidates: list[str], state: dict[str, Any], expected_cfg: int) -> None:
     earlier = set(state.get("seen", []))
     expected = expected_cfg or max(len(candidates), len(earlier | set(seen)))
-    b.sample("node_health_gpu_count", count, source="nvml")
-    b.sample("node_health_gpu_count", len(candidates), source="pci_bus")
-    b.sample("node_health_gpu_count", expected, source="expected")
+    b.sample("node_health_gpus", count, source="nvml")
+    b.sample("node_health_gpus", len(candidates), source="pci_bus")
+    b.sample("node_health_gpus", expected, source="expected")
     problems = []
     if count < expected:
         problems.append(f"NVML sees {count} GPUs, {expected} expected")
@@ -125,7 +125,7 @@ def _count(b: ObservationBuilder, count: int, seen: dict[str, int], candidates: 
 
 def _unavailable(b: ObservationBuilder, why: str, candidates: list[str], expected: int) -> None:
     b.sample("node_health_nvml_up", 0)
-    b.sample("node_health_gpu_count", len(candidates), source="pci_bus")
+    b.sample("node_health_gpus", len(candidates), source="pci_bus")
     on_bus = f"; {len(candidates)} NVIDIA GPUs on the PCI bus" if candidates else "; no NVIDIA GPU on the PCI bus"
     b.finding("nvml", "NvmlUnavailable", why + on_bus)
     if expected and len(candidates) < expected:
