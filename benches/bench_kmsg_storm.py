@@ -227,18 +227,22 @@ def measure(
     stop.set()
     t.join()
     rss_before = agent.status()["VmRSS"]
+    cpu_before = agent.cpu_seconds()
     scrapes, stop = Scrapes(), threading.Event()
     t = threading.Thread(target=scraper, args=(agent, args.scrape_interval, stop, scrapes), daemon=True)
     t.start()
     first, last = feed(kmsg, lines, args.rate, args.chunk)
     caught = None
+    cpu_at_catch_up = agent.cpu_seconds()
     give_up = last + args.timeout
     while time.monotonic() < give_up:
         done = [r for r in scrapes.rows if r[2] >= len(lines)]
         if done:
             caught = done[0][0]
             break
+        cpu_at_catch_up = agent.cpu_seconds()
         time.sleep(0.05)
+    cpu = agent.cpu_seconds() - cpu_before if caught is None else cpu_at_catch_up - cpu_before
     stop.set()
     t.join()
     time.sleep(args.settle)
@@ -257,6 +261,8 @@ def measure(
         "write_s": round(last - first, 3),
         "write_rate": round(len(lines) / max(last - first, 1e-9)),
         "catch_up_s": None if caught is None else round(max(0.0, caught - last), 3),
+        "agent_cpu_s": round(cpu, 2),  # the agent's CPU time (all threads, scrapes included) from the first write to catch-up
+        "load_avg": os.getloadavg()[0],
         "records_read": metric(_READ, text),
         "xids_counted": metric(_XIDS, text),
         "kmsg_events": metric(_KMSG_EVENTS, text),
@@ -325,6 +331,7 @@ def main() -> int:
               f"growth {r['rss_growth_MB']} MB (goal <= 20 MB): {'ok' if ok['rss'] else 'MISSED'}")  # type: ignore[index]
         print(f"  counted: {r['records_read']:,.0f} records read, {r['xids_counted']:,.0f} Xids, "
               f"{r['kmsg_events']:,.0f} kmsg events: {'ok' if ok['counted'] else 'MISSED'}")  # type: ignore[index]
+        print(f"  agent CPU from the first write to catch-up: {r['agent_cpu_s']} s (load average {r['load_avg']:.1f})")
         print(f"  agent log: {r['agent_log_lines']} lines")
     return 0 if all(r["ok"].values()) else 1  # type: ignore[attr-defined]
 
