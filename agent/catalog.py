@@ -74,6 +74,12 @@ CORE_METRICS: tuple[MetricSpec, ...] = (
         "Always 1; labels say the version, whether native parsers are in use, and the Python version.",
         ("version", "native", "python"),
     ),
+    MetricSpec(
+        "node_health_native_fallback_total",
+        "counter",
+        "Calls of a native parser that its Python twin answered (a string held a NUL byte); 0 when all ran natively.",
+        ("parser",),
+    ),
     MetricSpec("node_health_start_time_seconds", "gauge", "Unix time the agent started."),
     MetricSpec("node_health_check_success", "gauge", "1 if the check's last run completed (whatever it found), 0 if it failed or timed out.", ("check",)),
     MetricSpec("node_health_check_duration_seconds", "gauge", "Duration of the check's last completed run.", ("check",)),

@@ -84,6 +84,8 @@ def collect_series(snap: Snapshot) -> Series:
     uses_native = str(native.IMPLEMENTATION == "native").lower()
     build = (("version", __version__), ("native", uses_native), ("python", platform.python_version()))
     add("node_health_build_info", build, 1)
+    for parser, count in native.fallbacks().items():
+        add("node_health_native_fallback_total", (("parser", parser),), count)
     add("node_health_start_time_seconds", (), snap.started)
     add("node_health_scheduler_last_tick_timestamp_seconds", (), snap.last_tick)
     for name, st in snap.checks.items():

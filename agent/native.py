@@ -7,11 +7,17 @@ label of `node_health_build_info`. ``NODE_HEALTH_AGENT_PARSERS=python`` forces
 the twins, ``=native`` makes a missing native library an error (a `ConfigError`:
 one line, exit 2), ``=auto`` (the default) takes native when it loads.
 
+A native call whose output cannot be split into its records (a NUL byte inside
+a string: never in a kernel file) is answered by the Python twin; each such
+fallback is counted per parser (`fallbacks()`, exported as
+`node_health_native_fallback_total{parser}`) and logged once per parser.
+
 Nothing else in the agent touches `lib` or `ffi`.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from collections.abc import Callable
@@ -41,6 +47,7 @@ __all__ = [
     "NetDevStats",
     "XidRecord",
     "describe",
+    "fallbacks",
     "parse_diskstats",
     "parse_iptables_save",
     "parse_mountinfo",
@@ -54,6 +61,8 @@ _CHOICES: Final = ("auto", "native", "python")
 _OK, _ERR_BUFFER, _ERR_ARGS, _ERR_PANIC = 0, 1, 2, -1
 
 R = TypeVar("R", bound=tuple[Any, ...])
+
+log = logging.getLogger(__name__)
 
 
 class NativeError(RuntimeError):
@@ -87,6 +96,32 @@ IMPLEMENTATION: Final[str] = "native" if _lib is not None else "python"
 def describe() -> str:
     """One line for logs and `agent version`: which parsers and why."""
     return f"{IMPLEMENTATION} ({_WHY})"
+
+
+# Fallbacks to the Python twin, per parser (the key after "nha_parse_"): rare, so
+# one lock is cheap; the first of each parser is logged.
+_fallbacks: dict[str, int] = {}
+_fallbacks_lock = threading.Lock()
+
+
+def fallbacks() -> dict[str, int]:
+    """How many calls of each native parser the Python twin answered (0 for every
+    parser when the twins are in use: nothing falls back)."""
+    with _fallbacks_lock:
+        return {name: _fallbacks.get(name, 0) for name in PYTHON_TWINS}
+
+
+def _fell_back(name: str) -> None:
+    with _fallbacks_lock:
+        first = name not in _fallbacks
+        _fallbacks[name] = _fallbacks.get(name, 0) + 1
+    if first:
+        log.warning(
+            "native parser %s: a string holds a NUL byte, so the Python twin answered; "
+            "further fallbacks are counted in node_health_native_fallback_total{parser=\"%s\"}, not logged",
+            name,
+            name,
+        )
 
 
 def _last_error() -> str:
@@ -152,6 +187,7 @@ def _native_parser(cfn: str, cls: type[R], nnums: int, nstrs: int, strings_first
             # would shift every later field; the twin gives the exact answer.
             if name not in PYTHON_TWINS:
                 raise NativeError(f"{cfn}: a string holds a NUL byte")
+            _fell_back(name)
             return PYTHON_TWINS[name](data)  # type: ignore[return-value]
         fields = [iter(strings)] * nstrs + [iter(numbers)] * nnums
         if not strings_first:

@@ -10,6 +10,7 @@ on a shared machine are noisy: medians and ratios, not single runs.
 
 from __future__ import annotations
 
+import argparse
 import os
 import statistics
 import sys
@@ -129,6 +130,7 @@ def bench_latency(tmp: str, lib: str) -> None:
 
 
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
     bench_parser()
     with tempfile.TemporaryDirectory() as tmp:
         lib = build(tmp)

@@ -26,7 +26,9 @@ def good(i: int, flops: float = 700e12, digest: str = "5eed") -> GpuOutcome:
 
 @dataclass
 class FakeJob:
-    """Finishes with `outcome` after `delay` seconds; `hang` never finishes (and ignores kill)."""
+    """Finishes with `outcome` after `delay` seconds, and only once `gate()` says
+    so; `hang` never finishes (and ignores kill). `polls` counts the polls,
+    `on_poll(job)` runs at each (a test's hook for events during the burn)."""
 
     gpus: tuple[int, ...]
     outcome: Callable[[], Mapping[int, GpuOutcome]]
@@ -34,9 +36,14 @@ class FakeJob:
     hang: bool = False
     started: float = field(default_factory=time.monotonic)
     killed: bool = False
+    gate: Callable[[], bool] = lambda: True
+    on_poll: Callable[[FakeJob], None] = lambda job: None
+    polls: int = 0
 
     def poll(self) -> Mapping[int, GpuOutcome] | None:
-        if self.hang or time.monotonic() - self.started < self.delay:
+        self.polls += 1
+        self.on_poll(self)
+        if self.hang or time.monotonic() - self.started < self.delay or not self.gate():
             return None
         return self.outcome()
 
@@ -108,11 +115,13 @@ class FakeInventory:
     def __init__(self, listed: Sequence[GpuInfo] | None, busy: Mapping[int, int] | None = None) -> None:
         self.listed = None if listed is None else list(listed)
         self.busy = dict(busy or {})
+        self.process_polls = 0  # calls of processes(): proof that a busy check ran
 
     def gpus(self) -> list[GpuInfo] | None:
         return None if self.listed is None else list(self.listed)
 
     def processes(self) -> Mapping[int, int] | None:
+        self.process_polls += 1
         return None if self.listed is None else {g.index: self.busy.get(g.index, 0) for g in self.listed}
 
 

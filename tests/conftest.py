@@ -10,7 +10,8 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-from collections.abc import Iterator
+import sys
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -40,6 +41,80 @@ def require_tool(name: str) -> str:
     if path is None:
         skip_or_fail(f"needs {name} on PATH")
     return path  # type: ignore[return-value]
+
+
+# Switches (NHA_UPDATE_GOLDEN, NHA_UPDATE_README, any NHA_UPDATE_*) rewrite a
+# reference file from the code under test instead of comparing with it: a run
+# with one set proves nothing, so CI refuses it.
+UPDATE_PREFIX = "NHA_UPDATE_"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if os.environ.get("CI", "").lower() in ("true", "1", "yes"):
+        on = sorted(k for k, v in os.environ.items() if k.startswith(UPDATE_PREFIX) and v not in ("", "0"))
+        if on:
+            raise pytest.UsageError(
+                f"{', '.join(on)}=1 rewrites reference files instead of testing them; refused under CI=true"
+            )
+
+
+def update_requested(switch: str) -> bool:
+    """Whether the developer asked to rewrite a reference file (never under CI: see pytest_configure)."""
+    assert switch.startswith(UPDATE_PREFIX)
+    return os.environ.get(switch) == "1"
+
+
+# --------------------------------------------------------- native parsers proven
+
+
+def _native_fallbacks() -> dict[str, int]:
+    native = sys.modules.get("agent.native")  # only once something imported it
+    return native.fallbacks() if native is not None else {}  # type: ignore[attr-defined]
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    """A native parser that falls back to its Python twin fails the test, unless
+    the test is marked `native_fallback` (it feeds strings with NUL bytes and
+    checks, per call, that the fallback happened exactly then: `native_vs_twin`).
+    So a twin test cannot pass by comparing the twin with itself."""
+    before = _native_fallbacks()
+    result = yield
+    fell = {k: v - before.get(k, 0) for k, v in _native_fallbacks().items() if v != before.get(k, 0)}
+    if fell and item.get_closest_marker("native_fallback") is None:
+        pytest.fail(f"native parsers fell back to their Python twins {fell}: the native code did not produce these records")
+    return result
+
+
+def native_loaded() -> None:
+    from agent import native
+
+    if native.IMPLEMENTATION != "native":
+        skip_or_fail(f"native parsers not loaded: {native.describe()}")
+
+
+def _has_nul(records: list[Any]) -> bool:
+    return any(isinstance(f, str) and "\0" in f for r in records for f in r)
+
+
+def native_vs_twin(kind: str, data: bytes, parse: Callable[[bytes], list[Any]] | None = None) -> list[Any]:
+    """The native parser's records for `data` (`parse`, or `agent.native.parse_<kind>`),
+    required equal to its Python twin's, field types included, and produced by the
+    native code: it falls back to the twin exactly when a string holds a NUL byte."""
+    from agent import native
+
+    parse = parse or getattr(native, f"parse_{kind}")
+    before = native.fallbacks()[kind]
+    got = parse(data)
+    fell_back = native.fallbacks()[kind] - before
+    want = native.PYTHON_TWINS[kind](data)
+    assert got == want
+    assert [(type(r), *map(type, r)) for r in got] == [(type(r), *map(type, r)) for r in want]
+    assert fell_back == int(_has_nul(want)), (
+        f"{kind}: {fell_back} fallback(s) to the twin for {len(want)} record(s) "
+        f"{'with' if _has_nul(want) else 'without'} a NUL byte in a string"
+    )
+    return got
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

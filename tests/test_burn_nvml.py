@@ -80,42 +80,49 @@ def watch_two(nvml: FakeNvml) -> tuple[NvmlWatch, list[GpuInfo]]:
     return w, gpus
 
 
+def sampled(w: NvmlWatch, gpu: int, at_least: int) -> None:
+    """Wait until the watch has taken `at_least` readings of `gpu` (events, not time)."""
+    wait_for(lambda: w._acc[gpu].samples >= at_least, timeout=10, what=f"{at_least} readings of GPU {gpu}")
+
+
 def test_quiet_burn_has_no_problems(nvml: FakeNvml) -> None:
     w, _ = watch_two(nvml)
-    time.sleep(0.3)
+    sampled(w, 0, 3)
     s = w.stop(timeout=5)
     assert [x.problems for x in s.values()] == [(), ()]
-    assert s[0].telemetry.samples >= 3 and s[0].telemetry.temperature_max_c == 41
+    assert s[0].telemetry.samples >= 4 and s[0].telemetry.temperature_max_c == 41  # + the closing reading
 
 
 def test_faults_during_the_burn_land_on_the_right_gpu(nvml: FakeNvml) -> None:
     w, _ = watch_two(nvml)
-    time.sleep(0.2)
+    sampled(w, 1, 1)
     nvml.scenario.xid(0, 79)
     nvml.scenario.gpu(1, **{"ecc.unc.vol": 2, "remapped": "0 1 1 0", "clocks_event": 0x40})
-    time.sleep(0.5)
-    s = w.stop(timeout=5)
+    wait_for(lambda: w._acc[0].xids == [79], timeout=10, what="the Xid event")
+    wait_for(lambda: w._acc[1].throttled >= 2, timeout=10, what="two throttled readings")
+    s = w.stop(timeout=5)  # the closing reading takes the ECC and row-remap counters
     assert [p.fault for p in s[0].problems] == [Fault.XID] and "Xid 79" in s[0].problems[0].message
     assert [p.fault for p in s[1].problems] == [Fault.ECC, Fault.ROW_REMAP, Fault.ROW_REMAP, Fault.THROTTLE]
 
 
 def test_a_gpu_lost_during_the_burn(nvml: FakeNvml) -> None:
     w, _ = watch_two(nvml)
-    time.sleep(0.1)
+    sampled(w, 1, 1)
     nvml.scenario.gpu(1, lost=1)
-    time.sleep(0.3)
+    wait_for(lambda: w._acc[1].lost, timeout=10, what="GPU 1 seen lost")
+    sampled(w, 0, w._acc[0].samples + 1)  # and GPU 0 still read after it
     s = w.stop(timeout=5)
     assert [p.fault for p in s[1].problems] == [Fault.GPU_LOST] and s[0].problems == ()
 
 
 def test_a_hung_nvml_call_is_reported_and_does_not_hold_up_the_burn(nvml: FakeNvml) -> None:
     w, _ = watch_two(nvml)
-    time.sleep(0.1)
+    sampled(w, 0, 1)
     nvml.scenario.set(**{"hang.nvmlDeviceGetTemperature": 2})
-    time.sleep(0.3)
-    t0 = time.monotonic()
+    # the sampler is inside the hung call (asking GPU 0 for more than one poll interval)
+    wait_for(lambda: (a := w._asking) is not None and time.monotonic() - a[1] > 0.2, timeout=10, what="a hung call")
     s = w.stop(timeout=0.5)
-    assert time.monotonic() - t0 < 1.5
+    assert w._thread.is_alive(), "stop() returned while the NVML call still hangs: it did not wait for it"
     assert [p.fault for p in s[0].problems] == [Fault.GPU_LOST] and "has not returned" in s[0].problems[0].message
     nvml.scenario.unset("hang.nvmlDeviceGetTemperature")
     wait_for(lambda: not w._thread.is_alive(), timeout=10, what="the sampler to come back")
@@ -124,6 +131,6 @@ def test_a_hung_nvml_call_is_reported_and_does_not_hold_up_the_burn(nvml: FakeNv
 def test_xid_events_not_supported_is_a_note(nvml: FakeNvml) -> None:
     nvml.scenario.set(events=3)
     w, _ = watch_two(nvml)
-    time.sleep(0.1)
+    sampled(w, 0, 1)
     s = w.stop(timeout=5)
     assert s[0].problems == () and any("Xid events not available" in n for n in s[0].notes)

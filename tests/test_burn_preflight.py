@@ -174,6 +174,7 @@ def test_stop_during_the_burn_returns_promptly_and_leaves_no_result(host: Host) 
     host.backend.hang, host.backend.limit = {0, 1}, 600
     src, rec = host.start()
     host.settle(rec, 1)
+    wait_for(lambda: len(host.backend.jobs) == 2, what="both GPUs' burn jobs")
     src.stop()
     assert not src._thread.is_alive()
     assert all(j.killed for j in host.backend.jobs)
@@ -199,7 +200,8 @@ def test_periodic_retest_waits_for_idle_gpus(host: Host, monkeypatch: pytest.Mon
     _, rec = host.start(retest_interval=0.3)
     host.settle(rec, 2)
     wait_for(lambda: host.backend.started == 1, what="the preflight")
-    threading.Event().wait(1.0)
+    # Positive proof that re-tests came due and were postponed: three busy checks (0.3 s interval, 0.2 s retry).
+    wait_for(lambda: host.inventory.process_polls >= 3, timeout=10, what="three busy checks")
     assert host.backend.started == 1, "re-tested while a process used GPU 1"
     host.backend.outcomes = {0: good(0, flops=200e12), 1: good(1), 2: good(2)}
     host.inventory.busy = {}
@@ -211,7 +213,8 @@ def test_periodic_retest_waits_for_idle_gpus(host: Host, monkeypatch: pytest.Mon
 
 def test_no_retest_after_a_failed_preflight(host: Host) -> None:
     host.backend.outcomes = {0: GpuOutcome(0, problems=(Problem(Fault.XID, "Xid 79"),))}
-    _, rec = host.start(retest_interval=0.2)
+    src, rec = host.start(retest_interval=0.2)
     host.settle(rec, 2)
-    threading.Event().wait(1.0)
-    assert host.backend.started == 1
+    # The re-test loop decides once its first interval is due, and returns for good: its thread ends.
+    wait_for(lambda: not src._thread.is_alive(), timeout=10, what="the re-test loop to give up")
+    assert host.backend.started == 1 and host.inventory.process_polls == 0

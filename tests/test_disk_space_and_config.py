@@ -60,6 +60,34 @@ def test_thresholds_at_zero_never_fire() -> None:
     assert level(Usage(100, 0, 0), warning=0, critical=0) is None
 
 
+@pytest.mark.parametrize(
+    ("free", "warning", "critical", "expected"),
+    [
+        pytest.param(7, 0, 5, None, id="warning off: 7% free is fine"),
+        pytest.param(3, 0, 5, "critical", id="warning off: critical still fires"),
+        pytest.param(3, 10, 0, "warning", id="critical off: warning still fires"),
+        pytest.param(0, 10, 0, "warning", id="critical off: even a full disk is only a warning"),
+    ],
+)
+def test_one_threshold_at_zero_turns_only_that_one_off(free: int, warning: float, critical: float, expected: str | None) -> None:
+    assert level(Usage(100, free, free), warning=warning, critical=critical) == expected
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        pytest.param("warning_free_percent = 0\n", id="space warning off, critical at its default 5"),
+        pytest.param("inodes_warning_free_percent = 0\n", id="inode warning off"),
+        pytest.param("critical_free_percent = 0\ninodes_critical_free_percent = 0\n", id="criticals off"),
+        pytest.param("warning_free_percent = 0\ncritical_free_percent = 0\n", id="both off"),
+    ],
+)
+def test_zero_alone_turns_a_threshold_off(tmp_path: Path, body: str) -> None:
+    """docs/disk.md and config/agent.toml: 0 turns a threshold off, by itself."""
+    res = check_config(tmp_path, body)
+    assert res.returncode == 0, res.stderr
+
+
 def test_write_probe_replaces_our_leftover_and_cleans_up(tmp_path: Path) -> None:
     leftover = Path(disk_probes.probe_name(str(tmp_path)))
     leftover.write_bytes(b"from a crashed run")

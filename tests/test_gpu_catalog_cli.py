@@ -95,6 +95,29 @@ def test_library_and_driver_root_together_are_refused(tmp_path) -> None:
     assert res.returncode == 2 and b"checks.gpu.driver_root" in res.stderr
 
 
+def test_driver_root_list_must_be_absolute(tmp_path) -> None:
+    path = tmp_path / "agent.toml"
+    path.write_text('[checks.gpu]\ndriver_root = "/run/nvidia/driver:usr"\n')
+    res = agent("config", "check", str(path))
+    lines = res.stderr.decode().strip().splitlines()
+    assert res.returncode == 2 and len(lines) == 1 and "checks.gpu.driver_root" in lines[0] and "absolute" in lines[0]
+    path.write_text('[checks.gpu]\ndriver_root = "/run/nvidia/driver:/"\n')
+    assert agent("config", "check", str(path)).returncode == 0
+
+
+def test_driver_roots_are_tried_in_order(tmp_path) -> None:
+    from agent.gpu import nvml
+
+    for root, sub in (("operator", "usr/lib64"), ("host", "usr/lib/x86_64-linux-gnu")):
+        (tmp_path / root / sub).mkdir(parents=True)
+        (tmp_path / root / sub / "libnvidia-ml.so.1").write_bytes(b"")
+    first, second, empty = str(tmp_path / "operator"), str(tmp_path / "host"), str(tmp_path / "none")
+    assert nvml.find_library(first, second) == f"{first}/usr/lib64/libnvidia-ml.so.1"
+    assert nvml.find_library(empty, second) == f"{second}/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"
+    with pytest.raises(nvml.NvmlUnavailable, match=f"under driver root {empty} or {empty}2"):
+        nvml.find_library(empty, empty + "2")
+
+
 @pytest.mark.parametrize(
     ("data", "expected", "rc"),
     [

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 
 import pytest
 from fakenvml import consumer, h100
@@ -105,9 +104,8 @@ def test_driver_not_loaded_is_one_info_finding(gpu_context, scenario) -> None:
 
 def test_hung_call_is_reported_and_the_check_finishes(gpu_context, scenario) -> None:
     scenario.set([h100(0), h100(1)], **{"hang.nvmlDeviceGetNvLinkState": 30})
-    t0 = time.monotonic()
     check, obs = run(gpu_context, 'call_timeout = "300ms"\n')
-    assert time.monotonic() - t0 < 20  # generous: the check returned although NVML is stuck
+    assert len(check.prober.hung()) == 2, "the check returned while both GPUs' NVML calls (30 s) still hang"
     assert reasons(obs) == {("gpu0", "NvmlCallHung"): Severity.WARNING, ("gpu1", "NvmlCallHung"): Severity.WARNING}
     assert all(f.unknown for f in obs.findings)
     obs = check.run()  # still stuck: reported again at once, no second thread per GPU

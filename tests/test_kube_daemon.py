@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -52,6 +53,11 @@ def _get(url: str) -> str | None:
             return resp.read().decode()
     except OSError:
         return None
+
+
+def _disk_runs(url: str) -> int:
+    m = re.search(r'^node_health_check_runs_total\{check="disk"\} (\S+)$', _get(url) or "", re.M)
+    return int(float(m.group(1))) if m else 0
 
 
 # Checks that would otherwise watch this machine's GPUs, firewall and burn state stay off:
@@ -156,7 +162,9 @@ enabled = false
     proc, url = agent_run(config, "--kubeconfig", kubeconfig, prefix=enter)
     wait_for(lambda: 'node_health_kube_taint{effect="NoSchedule",key="node-health-agent/disk"} 1.0' in (_get(url) or ""),
              timeout=30)
-    time.sleep(3)  # a few runs of the disk check after the restart
+    # Positive proof that time passed with the agent at work: three more runs of the disk check.
+    first = _disk_runs(url)
+    wait_for(lambda: _disk_runs(url) >= first + 3, timeout=30)  # three disk check runs after the restart
     assert any(t["key"] == PREFIX + "disk" for t in fake.node(NODE)["spec"].get("taints", []))
     assert len(fake.events()) == events, "no event sent twice"
     assert [r for r in fake.writes(since=restarted) if r.path.endswith(NODE)] == [], "the node needed no change"

@@ -80,7 +80,9 @@ def test_daemonset_runs_everywhere_as_the_agent_expects() -> None:
         assert path in mounts, path
     assert not mounts[cfg.paths.rootfs].get("readOnly"), "the disk check's write probe needs the host's / writable"
     assert mounts[cfg.paths.rootfs]["mountPropagation"] == "HostToContainer", "mounts made later are seen"
-    assert cfg.checks["gpu"].driver_root.startswith(cfg.paths.rootfs), "NVML comes from the host's driver"
+    # driver_root is a host path, resolved under rootfs (not /host/root/host/root): the GPU Operator's
+    # driver, else the host's (test_kube_packaging.py loads NVML from both layouts)
+    assert cfg.checks["gpu"].driver_roots() == ["/run/nvidia/driver", "/"]
     hostpaths = {v["name"]: v.get("hostPath", {}).get("path") for v in spec["volumes"]}
     assert hostpaths[mounts[cfg.agent.state_dir]["name"]] == "/var/lib/node-health-agent", "state survives the pod"
 

@@ -7,8 +7,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent import native
+from conftest import native_loaded, native_vs_twin
+
 from agent.parsers import xid as twin
+
+
+@pytest.fixture(autouse=True)
+def _native_loaded() -> None:
+    native_loaded()
+
 
 # (line, kind, xid, pci, pid, name, mig, message, caused_by, time)
 REAL = [
@@ -155,15 +162,13 @@ def _kind(r: twin.XidRecord) -> tuple[object, ...]:
 @pytest.mark.parametrize(("line", "expected"), REAL)
 def test_real_lines(line: str, expected: tuple[object, ...] | None) -> None:
     data = line.encode()
-    records = native.parse_xid(data)
+    records = native_vs_twin("xid", data)
     assert [_kind(r) for r in records] == ([expected] if expected else [])
-    assert records == twin.parse(data)
 
 
 @pytest.mark.parametrize("line", NEAR_MISSES)
 def test_near_misses_are_not_events(line: str) -> None:
-    assert native.parse_xid(line.encode()) == []
-    assert twin.parse(line.encode()) == []
+    assert native_vs_twin("xid", line.encode()) == []
 
 
 def test_fallen_off_bus_over_three_dmesg_lines() -> None:
@@ -174,16 +179,14 @@ def test_fallen_off_bus_over_three_dmesg_lines() -> None:
         b"               NVRM: fallen off the bus and is not responding to commands.\n"
         b"[ 1843.439662] NVRM: The NVIDIA probe routine failed for 1 device(s).\n"
     )
-    [r] = native.parse_xid(data)
+    [r] = native_vs_twin("xid", data)
     assert (r.line, r.kind_name, r.pci) == (2, "fallen-off-bus", "0000:b3:00.0")
-    assert twin.parse(data) == [r]
 
 
 def test_many_lines_keep_their_line_numbers() -> None:
     lines = [b"[ 1.0] usb 1-1: new device"] * 3 + [b"[ 2.0] NVRM: Xid (PCI:0000:3b:00): 13, x"] + [b""] + [b"NVRM: Xid (PCI:0000:3b:00): 31, y"]
-    records = native.parse_xid(b"\n".join(lines))
+    records = native_vs_twin("xid", b"\n".join(lines))
     assert [(r.line, r.xid) for r in records] == [(3, 13), (5, 31)]
-    assert twin.parse(b"\n".join(lines)) == records
 
 
 FACILITIES = [
@@ -237,10 +240,11 @@ LOGS = st.lists(st.lists(LINE_PARTS, max_size=14).map(b"".join), max_size=8).map
 @settings(max_examples=400, deadline=None)
 @given(LOGS)
 def test_twin_equal_on_generated_logs(data: bytes) -> None:
-    assert native.parse_xid(data) == twin.parse(data)
+    native_vs_twin("xid", data)
 
 
+@pytest.mark.native_fallback  # a NUL in a string: the twin answers, checked per call
 @settings(max_examples=200, deadline=None)
 @given(st.binary(max_size=400))
 def test_twin_equal_on_random_bytes(data: bytes) -> None:
-    assert native.parse_xid(data) == twin.parse(data)
+    native_vs_twin("xid", data)

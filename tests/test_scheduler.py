@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import random
 import threading
-import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import pytest
+from agentproc import wait_for
 
 from agent.config import CheckConfig
 from agent.findings import Observation, ObservationBuilder
@@ -40,15 +43,19 @@ def cfg(interval: float = 0.2, timeout: float = 0.3) -> CheckConfig:
     return CheckConfig(enabled=True, interval=interval, timeout=timeout)
 
 
-def run_for(sched: Scheduler, seconds: float) -> None:
+@contextmanager
+def running(sched: Scheduler) -> Iterator[None]:
+    """The scheduler's loop on a thread for the duration of the block."""
     stop = threading.Event()
     t = threading.Thread(target=sched.run, args=(stop,), kwargs={"max_sleep": 0.05}, daemon=True)
     t.start()
-    time.sleep(seconds)
-    stop.set()
-    sched.call_soon(lambda: None)
-    t.join(5)
-    assert not t.is_alive()
+    try:
+        yield
+    finally:
+        stop.set()
+        sched.call_soon(lambda: None)
+        t.join(5)
+        assert not t.is_alive()
 
 
 def test_run_once_runs_every_check_and_records_success() -> None:
@@ -80,15 +87,18 @@ def test_hang_times_out_is_not_restarted_and_others_keep_running() -> None:
     release = threading.Event()
     hung, fine = FakeCheck("hung", "hang", release=release), FakeCheck("fine")
     sched.configure([(hung, cfg(interval=0.1, timeout=0.2)), (fine, cfg(interval=0.1))], immediate=True)
-    run_for(sched, 1.2)
+    with running(sched):
+        # events, not time: the hung check came due again while stuck (skipped), and the other ran on
+        wait_for(lambda: store.snapshot().checks["hung"].skipped >= 2, what="the stuck check skipped twice")
+        wait_for(lambda: fine.runs >= 3, what="the other check running on", timeout=10)
     snap = store.snapshot()
     st = snap.checks["hung"]
     assert hung.runs == 1, "a stuck check must not be started again while stuck"
-    assert st.stuck and st.timeouts == 1 and st.skipped >= 1
+    assert st.stuck and st.timeouts == 1 and st.skipped >= 2
     assert st.error is not None and st.error.reason == "CheckTimeout" and st.error.unknown
-    assert fine.runs >= 3, "a hung check must not stop the others"
     release.set()
-    run_for(sched, 0.5)
+    with running(sched):
+        wait_for(lambda: store.snapshot().checks["hung"].runs >= 2, what="the released check to run again")
     st = store.snapshot().checks["hung"]
     assert not st.stuck and st.error is None and st.ok, "the run returned: timeout finding cleared"
 
@@ -112,19 +122,68 @@ def test_reload_keeps_a_stuck_run() -> None:
     release = threading.Event()
     hung = FakeCheck("hung", "hang", release=release)
     sched.configure([(hung, cfg(interval=0.1, timeout=0.1))], immediate=True)
-    run_for(sched, 0.4)
+    with running(sched):
+        wait_for(lambda: store.snapshot().checks["hung"].skipped >= 1, what="the check stuck and due again")
     sched.configure([(hung, cfg(interval=0.1, timeout=0.1))])
-    run_for(sched, 0.4)
+    skipped = store.snapshot().checks["hung"].skipped
+    with running(sched):  # proof that it came due after the reload: skipped again, not started
+        wait_for(lambda: store.snapshot().checks["hung"].skipped > skipped, what="a due time after the reload")
     assert hung.runs == 1
     release.set()
 
 
+class FakeClock:
+    """time.monotonic for the scheduler, moved by the test."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def start_times(monkeypatch: pytest.MonkeyPatch, jitter: float, rng: random.Random, seconds: float = 20.0) -> list[float]:
+    """When the scheduler starts a check of interval 1 s, stepping a fake clock in 5 ms ticks."""
+    clock = FakeClock()
+    monkeypatch.setattr("agent.scheduler.time.monotonic", clock)
+    sched = Scheduler(Store(), jitter=jitter, rng=rng)
+    started: list[float] = []
+    monkeypatch.setattr(sched, "_start", lambda e, now: started.append(now))  # the start itself, not a thread
+    sched.configure([(FakeCheck("c"), cfg(interval=1.0))], immediate=True)
+    for tick in range(int(seconds / TICK) + 1):
+        clock.now = tick * TICK
+        sched._step(0.0)
+    return started
+
+
+TICK = 0.005
+
+
 @pytest.mark.parametrize("jitter", [0.0, 0.1, 0.5])
-def test_intervals_with_jitter_stay_near_the_interval(jitter: float) -> None:
-    store = Store()
-    sched = Scheduler(store, jitter=jitter)
-    check = FakeCheck("c")
-    sched.configure([(check, cfg(interval=0.1))], immediate=True)
-    run_for(sched, 1.0)
-    # 1 s at 0.1 s ± jitter: a loose bound (shared CI machines are noisy)
-    assert 4 <= check.runs <= 25
+def test_intervals_with_jitter_stay_within_the_jitter(monkeypatch: pytest.MonkeyPatch, jitter: float) -> None:
+    starts = start_times(monkeypatch, jitter, random.Random(7))
+    gaps = [b - a for a, b in zip(starts, starts[1:])]
+    assert len(gaps) >= 12
+    assert all(1.0 - jitter - 1e-9 <= g <= 1.0 + jitter + TICK + 1e-9 for g in gaps), gaps
+    if jitter:  # the gaps spread over the jitter's range: a scheduler that ignores it fails here
+        assert max(gaps) - min(gaps) > jitter, gaps
+    else:
+        assert max(gaps) - min(gaps) <= TICK + 1e-9, gaps
+
+
+class Extreme(random.Random):
+    """Always the top (or bottom) of the range asked for."""
+
+    def __init__(self, top: bool) -> None:
+        super().__init__(0)
+        self.top = top
+
+    def uniform(self, a: float, b: float) -> float:
+        return b if self.top else a
+
+
+@pytest.mark.parametrize(("top", "gap"), [(True, 1.5), (False, 0.5)])
+def test_jitter_moves_each_due_time_by_up_to_its_fraction(monkeypatch: pytest.MonkeyPatch, top: bool, gap: float) -> None:
+    starts = start_times(monkeypatch, 0.5, Extreme(top), seconds=6.0)
+    assert [round(b - a, 3) for a, b in zip(starts, starts[1:])] == [gap] * (len(starts) - 1)
+    assert len(starts) == int(6.0 / gap) + 1

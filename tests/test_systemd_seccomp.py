@@ -67,13 +67,7 @@ interfaces = ["lo"]
 interval = "1s"
 nvml_library = "{fake_gpu_libs}/libnvidia-ml.so.1"
 xid_events = false
-[checks.burn]
-duration = "2s"
-matrix_size = 1024
-memory_fraction = 0.25
-straggler_fraction = 0.0
-interval = "1s"
-"""
+""" + fakelibcuda.QUICK_BURN_CONFIG
     kubeconfig = fake.kubeconfig(str(tmp_path / "kubeconfig"))
     agent = Agent(tmp_path, config, args=["--kubeconfig", kubeconfig], env=env, wrap=under_the_unit_filter)
     try:

@@ -108,7 +108,7 @@ class DiskConfig(CheckConfig):
     def validate(self) -> tuple[str, str] | None:
         for prefix in ("", "inodes_"):
             warn, crit = getattr(self, f"{prefix}warning_free_percent"), getattr(self, f"{prefix}critical_free_percent")
-            if crit > warn:
+            if warn > 0 and crit > warn:  # a warning threshold of 0 is off: it orders nothing
                 return f"{prefix}critical_free_percent", f"expected at most {prefix}warning_free_percent ({warn:g}), got {crit:g}"
         return None
 

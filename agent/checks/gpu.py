@@ -65,7 +65,11 @@ class GpuConfig(CheckConfig):
     interval: float = opt(30.0, "Time between NVML polls.", duration=True, min=1)
     timeout: float = opt(60.0, "A poll longer than this is reported as CheckTimeout.", duration=True, min=0.1)
     nvml_library: str = opt("", "Path of libnvidia-ml.so.1 (host path); empty: the normal library lookup.")
-    driver_root: str = opt("", 'Host root of a containerised driver (e.g. "/run/nvidia/driver"); its libnvidia-ml.so.1 is used.')
+    driver_root: str = opt(
+        "",
+        'Host root of the driver whose libnvidia-ml.so.1 is used; several separated by ":" are tried in order '
+        '(e.g. "/run/nvidia/driver:/": the GPU Operator\'s containerised driver, else the host\'s).',
+    )
     call_timeout: float = opt(5.0, "NVML calls for one GPU longer than this are reported as NvmlCallHung.", duration=True, min=0.1)
     expected_count: int = opt(0, "GPUs this node must have; 0: the NVIDIA GPUs on the PCI bus (and those seen this boot).", min=0)
     ecc_corrected_rate: float = opt(1000.0, "Corrected ECC errors per hour above which EccCorrectedRate is raised; 0: never.", min=0)
@@ -82,12 +86,17 @@ class GpuConfig(CheckConfig):
     def validate(self) -> tuple[str, str] | None:
         if self.nvml_library and self.driver_root:
             return "driver_root", "set either nvml_library or driver_root, not both"
+        if any(not root.startswith("/") for root in self.driver_roots()):
+            return "driver_root", f'expected absolute host paths separated by ":", got "{self.driver_root}"'
         for key, value in self.xid_severity.items():
             if not key.isdigit() or int(key) not in xids.catalog():
                 return f"xid_severity.{key}", f'expected an Xid from the catalog (see "agent xid {key}"), got "{key}"'
             if value not in SEVERITIES:
                 return f"xid_severity.{key}", f'expected one of "info", "warning", "critical", got "{value}"'
         return None
+
+    def driver_roots(self) -> list[str]:
+        return [root for root in self.driver_root.split(":") if root]
 
     def severity_overrides(self) -> dict[int, Severity]:
         return {int(k): Severity(v) for k, v in self.xid_severity.items()}
@@ -100,7 +109,7 @@ def nvml_library(ctx: CheckContext, cfg: GpuConfig) -> str:
     if cfg.nvml_library:
         return ctx.paths.root(cfg.nvml_library)
     if cfg.driver_root:
-        return nvml.find_library(ctx.paths.root(cfg.driver_root))
+        return nvml.find_library(*(ctx.paths.root(root) for root in cfg.driver_roots()))
     return ""
 
 

@@ -58,13 +58,16 @@ def is_lost(exc: BaseException) -> bool:
     return code(exc) == GPU_IS_LOST
 
 
-def find_library(driver_root: str) -> str:
-    """``libnvidia-ml.so.1`` under a driver root; raises NvmlUnavailable."""
-    for sub in LIBRARY_DIRS:
-        path = os.path.join(driver_root, sub, LIBRARY_NAME)
-        if os.path.exists(path):
-            return path
-    raise NvmlUnavailable(f"no {LIBRARY_NAME} under driver root {driver_root} (looked in {', '.join(LIBRARY_DIRS)})")
+def find_library(*driver_roots: str) -> str:
+    """``libnvidia-ml.so.1`` under the first driver root that has one; raises NvmlUnavailable."""
+    for root in driver_roots:
+        for sub in LIBRARY_DIRS:
+            path = os.path.join(root, sub, LIBRARY_NAME)
+            if os.path.exists(path):
+                return path
+    raise NvmlUnavailable(
+        f"no {LIBRARY_NAME} under driver root {' or '.join(driver_roots)} (looked in {', '.join(LIBRARY_DIRS)})"
+    )
 
 
 class _Session:

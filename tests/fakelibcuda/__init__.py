@@ -20,6 +20,16 @@ from agent.burn.kernels import HELPERS
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
+# A burn the CPU fake driver finishes in seconds: small matrices, little memory, no straggler test.
+QUICK_BURN_CONFIG = """
+[checks.burn]
+duration = "2s"
+matrix_size = 1024
+memory_fraction = 0.25
+straggler_fraction = 0.0
+interval = "1s"
+"""
+
 
 def build(directory: str) -> str:
     gcc = shutil.which("gcc") or shutil.which("cc")

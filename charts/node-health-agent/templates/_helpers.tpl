@@ -1,0 +1,79 @@
+{{/* The release's object names: the release name, or <release>-node-health-agent. */}}
+{{- define "nha.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "nha.selectorLabels" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "nha.labels" -}}
+{{ include "nha.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{- define "nha.serviceAccount" -}}
+system:serviceaccount:{{ .Release.Namespace }}:{{ include "nha.fullname" . }}
+{{- end -}}
+
+{{- define "nha.killSwitch" -}}
+{{ include "nha.fullname" . }}-kill-switch
+{{- end -}}
+
+{{/* The taint budget's size: max(minimum, floor(percent x nodes / 100)). */}}
+{{- define "nha.budgetSize" -}}
+{{- $b := .Values.taintBudget -}}
+{{- $nodes := int $b.nodes -}}
+{{- if eq $nodes 0 -}}
+{{- $list := lookup "v1" "Node" "" "" -}}
+{{- $nodes = len (default (list) (get (default (dict) $list) "items")) -}}
+{{- end -}}
+{{- if eq $nodes 0 -}}
+{{- fail "taintBudget.nodes: the node count cannot be looked up here (helm template, or no access to list nodes); set taintBudget.nodes to the cluster's node count" -}}
+{{- end -}}
+{{- max (int $b.minimum) (div (mul $nodes (int $b.percent)) 100) -}}
+{{- end -}}
+
+{{/* The metrics endpoint's scheme and the probes' handler. */}}
+{{- define "nha.scheme" -}}
+{{- if .Values.metrics.tls.enabled }}HTTPS{{ else }}HTTP{{ end -}}
+{{- end -}}
+
+{{- define "nha.probe" -}}
+{{- if and .Values.metrics.tls.enabled .Values.metrics.tls.clientAuth -}}
+tcpSocket: {port: metrics}
+{{- else -}}
+httpGet: {path: /healthz, port: metrics, scheme: {{ include "nha.scheme" . }}}
+{{- end -}}
+{{- end -}}
+
+{{/* agent.toml: the user's config with what the chart's objects and mounts fix on top. */}}
+{{- define "nha.config" -}}
+{{- $fixed := dict
+  "agent" (dict "state_dir" "/var/lib/node-health-agent")
+  "paths" (dict "procfs" "/host/proc" "sysfs" "/host/sys" "rootfs" "/host/root")
+  "metrics" (dict "listen" (printf "0.0.0.0:%d" (int .Values.metrics.port)))
+  "kubernetes" (dict
+    "taint_prefix" .Values.kubernetes.taintPrefix
+    "condition_prefix" .Values.kubernetes.conditionPrefix
+    "kill_switch" (dict "namespace" .Release.Namespace "name" (include "nha.killSwitch" .))
+    "budget" (dict "enabled" .Values.taintBudget.enabled "namespace" .Values.taintBudget.namespace "quota_name" .Values.taintBudget.quotaName))
+-}}
+{{- if .Values.metrics.tls.enabled -}}
+{{- $tls := dict "cert_file" "/etc/node-health-agent/tls/tls.crt" "key_file" "/etc/node-health-agent/tls/tls.key" -}}
+{{- if .Values.metrics.tls.clientAuth -}}
+{{- $_ := set $tls "client_ca_file" "/etc/node-health-agent/tls/ca.crt" -}}
+{{- end -}}
+{{- $_ := set $fixed.metrics "tls" $tls -}}
+{{- end -}}
+{{- $cfg := mergeOverwrite (deepCopy (default (dict) .Values.config)) $fixed -}}
+{{- /* Helm reads every number in values as a float: write 8.0 back as 8 (a float key takes an integer too). */ -}}
+{{- regexReplaceAll "(?m)^(\\s*[A-Za-z0-9_\"-]+ = -?[0-9]+)\\.0$" (toToml $cfg) "${1}" -}}
+{{- end -}}

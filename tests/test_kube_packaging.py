@@ -1,0 +1,391 @@
+"""The Kubernetes packaging as rendered: daemonset/ through `kubectl kustomize`
+(with and without the nvidia-runtime component) and charts/node-health-agent
+through Helm's engine. Valid against the Kubernetes schemas; the chart's
+defaults equal the kustomize base; the shipped ConfigMap loads NVML from a
+host tree in both driver layouts; probes, Pod Security, budgets, monitors and
+TLS as the values say."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+from fakenvml import h100
+from fakenvml.fixtures import HostTree, fake_nvml_lib  # noqa: F401 - fixture
+from kube_render import K8S_VERSION, NAMESPACE, agent_toml, container, find, helm, kustomize
+
+from agent.config import parse, to_toml
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+WORKER_MIB, AGENT_MIB, GPUS = 425, 128, 8  # a burn worker on an H100 (reference/gpu.md f); the agent's request
+NODES = {"taintBudget": {"nodes": 7500}}  # offline rendering cannot count the nodes; daemonset/ is sized for 7,500
+
+
+def mib(quantity: str) -> int:
+    units = {"Mi": 1, "Gi": 1024}
+    return int(quantity[:-2]) * units[quantity[-2:]]
+
+
+def helm_(values: dict[str, Any] | None = None, **kw: Any) -> list[dict[str, Any]]:
+    merged: dict[str, Any] = json.loads(json.dumps(NODES))
+    for key, value in (values or {}).items():
+        merged[key] = {**merged.get(key, {}), **value} if isinstance(value, dict) else value
+    return helm(merged, **kw)
+
+
+EVERYTHING_ON = {
+    "nvidiaRuntime": {"enabled": True},
+    "metrics": {"tls": {"enabled": True, "secretName": "agent-tls", "scrape": {"caSecret": {"name": "agent-tls"}}},
+                "serviceMonitor": {"enabled": True}},
+    "killSwitch": {"paused": True},
+}
+
+
+@pytest.fixture(scope="module")
+def base() -> list[dict[str, Any]]:
+    return kustomize()
+
+
+@pytest.fixture(scope="module")
+def gpu_variant() -> list[dict[str, Any]]:
+    return kustomize(["nvidia-runtime"])
+
+
+@pytest.fixture(scope="module")
+def chart() -> list[dict[str, Any]]:
+    return helm_()
+
+
+# ---------------------------------------------------------------- every rendering is valid
+
+
+RENDERINGS = {
+    "kustomize": lambda: kustomize(),
+    "kustomize+nvidia-runtime": lambda: kustomize(["nvidia-runtime"]),
+    "helm": lambda: helm_(),
+    "helm+everything": lambda: helm_(EVERYTHING_ON),
+    "helm+mtls,no-budget": lambda: helm_({"metrics": {"tls": {
+        "enabled": True, "secretName": "t", "clientAuth": True,
+        "scrape": {"certSecret": {"name": "c"}, "keySecret": {"name": "c"}}}}, "taintBudget": {"enabled": False}}),
+}
+
+
+@pytest.mark.parametrize("rendering", RENDERINGS)
+def test_rendered_objects_are_valid(rendering: str) -> None:
+    docs = RENDERINGS[rendering]()
+    crds = [d for d in docs if d["apiVersion"].startswith("monitoring.coreos.com/")]
+    for doc in docs:
+        if doc not in crds:  # the Prometheus Operator's CRDs have no schema here; tested below
+            kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+    parse(agent_toml(docs), f"{rendering}: agent.toml")  # the agent takes its config
+
+
+def test_helm_lint_is_clean() -> None:
+    import helm_python
+
+    report = helm_python.lint(str(Path(__file__).parent.parent / "charts" / "node-health-agent"), NODES,
+                              namespace=NAMESPACE, strict=True, kube_version="v1.32.0")
+    assert report["errors"] == [] and [m for m in report["messages"] if m["severity"] >= 2] == [], report
+
+
+# ---------------------------------------------------------------- the shipped ConfigMap finds NVML
+
+
+LAYOUTS = {
+    "host driver (Debian/Ubuntu)": "usr/lib/x86_64-linux-gnu",
+    "host driver (RHEL)": "usr/lib64",
+    "GPU Operator": "run/nvidia/driver/usr/lib/x86_64-linux-gnu",
+    "GPU Operator (RHEL driver image)": "run/nvidia/driver/usr/lib64",
+}
+
+
+def selftest_gpu(toml: str, pod: Path, lib: str, layout: str) -> dict[str, Any]:
+    """`agent selftest --only gpu` on a config as the pod sees it: every absolute path of the pod
+    (the host's /proc, /sys and / at /host/...) lives under `pod`, the host tree under its rootfs."""
+    cfg = parse(toml, "agent.toml")
+    host = HostTree(str(pod / "host"))  # pod/host/proc, pod/host/sys: a boot id and the PCI bus
+    assert (host.proc, host.sys) == (str(pod) + cfg.paths.procfs, str(pod) + cfg.paths.sysfs)
+    host.add_gpu("0000:18:00")
+    rootfs = pod / cfg.paths.rootfs.lstrip("/")
+    (rootfs / layout).mkdir(parents=True)
+    shutil.copy(lib, rootfs / layout / "libnvidia-ml.so.1")
+    scenario = pod / "scenario"
+    scenario.write_text("count 1\n" + "".join(f"0.{k} {v}\n" for k, v in h100(0).items()))
+    (pod / "agent.toml").write_text(toml)
+    res = subprocess.run(
+        [sys.executable, "-m", "agent", "selftest", "--json", "--only", "gpu", "--config", str(pod / "agent.toml"),
+         "--path.procfs", host.proc, "--path.sysfs", host.sys, "--path.rootfs", str(rootfs)],
+        capture_output=True, text=True, timeout=120, check=False,
+        env={**os.environ, "FAKE_NVML_SCENARIO": str(scenario)},
+    )
+    assert res.returncode in (0, 1), res.stderr
+    return dict(json.loads(res.stdout))
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("renderer", ["kustomize", "helm"])
+def test_shipped_configmap_loads_nvml_from_the_host_tree(tmp_path: Path, fake_nvml_lib: str, renderer: str,
+                                                         layout: str) -> None:
+    toml = agent_toml(kustomize() if renderer == "kustomize" else helm_())
+    report = selftest_gpu(toml, tmp_path, fake_nvml_lib, LAYOUTS[layout])
+    reasons = {f["reason"] for f in report["findings"]}
+    (gpu,) = report["checks"]
+    assert "NvmlUnavailable" not in reasons, report
+    assert gpu["ok"] and gpu["subjects"]["gpu0"].startswith("NVIDIA H100 80GB HBM3 0000:18:00"), report
+
+
+def test_driver_root_doubled_under_rootfs_is_what_the_test_catches(tmp_path: Path, fake_nvml_lib: str,
+                                                                   base: list[dict[str, Any]]) -> None:
+    """The value shipped before (driver_root = rootfs) looks under /host/root/host/root: not found."""
+    toml = agent_toml(base).replace('driver_root = "/run/nvidia/driver:/"', 'driver_root = "/host/root"')
+    report = selftest_gpu(toml, tmp_path, fake_nvml_lib, LAYOUTS["host driver (Debian/Ubuntu)"])
+    (finding,) = [f for f in report["findings"] if f["reason"] == "NvmlUnavailable"]
+    assert "/host/root/host/root" in finding["message"]
+
+
+# ---------------------------------------------------------------- kustomize
+
+
+def test_kustomize_sets_the_image_from_images(base: list[dict[str, Any]]) -> None:
+    raw = (Path(__file__).parent.parent / "daemonset" / "daemonset.yaml").read_text()
+    assert "image: node-health-agent  #" in raw, "daemonset.yaml names the image; kustomization.yaml tags it"
+    assert container(base)["image"] == "node-health-agent:0.1.0"
+
+
+@pytest.mark.parametrize("renderer", ["kustomize", "helm"])
+def test_namespace_admits_privileged_pods(renderer: str) -> None:
+    docs = kustomize() if renderer == "kustomize" else helm_()
+    ns = find(docs, "Namespace", find(docs, "DaemonSet")["metadata"]["namespace"])
+    assert ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"
+
+
+@pytest.mark.parametrize("renderer", ["kustomize", "helm"])
+def test_rolling_update_waits_for_agents_that_serve(renderer: str) -> None:
+    docs = kustomize() if renderer == "kustomize" else helm_()
+    ds, c = find(docs, "DaemonSet"), container(docs)
+    assert ds["spec"]["updateStrategy"]["rollingUpdate"]["maxUnavailable"] == "10%"
+    assert ds["spec"]["minReadySeconds"] >= 10
+    port = {p["name"]: p["containerPort"] for p in c["ports"]}
+    listen = parse(agent_toml(docs), "agent.toml").metrics.listen
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        get = c[probe]["httpGet"]
+        assert get["path"] == "/healthz" and listen.endswith(f":{port[get['port']]}"), probe
+        assert get.get("scheme", "HTTP") == "HTTP"
+    # the startup probe covers a slow start before liveness may restart the agent
+    assert c["startupProbe"]["periodSeconds"] * c["startupProbe"]["failureThreshold"] >= 60
+
+
+def test_nvidia_runtime_variant_can_burn(base: list[dict[str, Any]], gpu_variant: list[dict[str, Any]]) -> None:
+    spec = find(gpu_variant, "DaemonSet")["spec"]["template"]["spec"]
+    c = container(gpu_variant)
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    assert spec["runtimeClassName"] == "nvidia"
+    assert env["NVIDIA_VISIBLE_DEVICES"] == "all" and env["NVIDIA_DRIVER_CAPABILITIES"] == "compute,utility"
+    assert "NODE_NAME" in env, "the patch adds to the env, it does not replace it"
+    assert not any("nvidia.com/gpu" in str(r) for r in c["resources"].values()), "no GPU taken from jobs"
+    assert mib(c["resources"]["limits"]["memory"]) >= AGENT_MIB + GPUS * WORKER_MIB
+    assert "runtimeClassName" not in find(base, "DaemonSet")["spec"]["template"]["spec"]
+    # the rest of the DaemonSet is the base's
+    strip = {"runtimeClassName", "containers"}
+    assert {k: v for k, v in spec.items() if k not in strip} == \
+        {k: v for k, v in find(base, "DaemonSet")["spec"]["template"]["spec"].items() if k not in strip}
+
+
+# ---------------------------------------------------------------- Helm: its defaults are the kustomize base
+
+
+HELM_ONLY_LABELS = {"app.kubernetes.io/instance", "app.kubernetes.io/version", "app.kubernetes.io/managed-by",
+                    "helm.sh/chart"}
+
+
+def normalised(doc: dict[str, Any]) -> dict[str, Any]:
+    """A copy without what only Helm adds (its labels, the config checksum) or spells differently."""
+    out = json.loads(json.dumps(doc))
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            for key in ("labels", "matchLabels"):
+                if isinstance(node.get(key), dict):
+                    node[key] = {k: v for k, v in node[key].items() if k not in HELM_ONLY_LABELS}
+            node.pop("annotations", None)
+            if isinstance(node.get("expression"), str):  # CEL: kustomize re-folds the YAML scalars
+                node["expression"] = " ".join(node["expression"].split())
+            if isinstance(node.get("env"), list):  # a strategic merge patch puts its entries first
+                node["env"] = sorted(node["env"], key=lambda e: e["name"])
+            if isinstance(node.get("httpGet"), dict):
+                node["httpGet"].pop("scheme", None)  # HTTP is the default
+            for v in node.values():
+                walk(v)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v)
+
+    walk(out)
+    out["metadata"].pop("labels", None)
+    if out["kind"] == "ConfigMap" and "agent.toml" in out.get("data", {}):  # the effective config
+        out["data"]["agent.toml"] = tomllib.loads(to_toml(parse(out["data"]["agent.toml"], "agent.toml")))
+    return out
+
+
+def test_helm_defaults_render_the_kustomize_base(base: list[dict[str, Any]], chart: list[dict[str, Any]]) -> None:
+    def key(d: dict[str, Any]) -> tuple[str, str, str]:
+        return d["kind"], d["metadata"].get("namespace", ""), d["metadata"]["name"]
+
+    assert sorted(map(key, chart)) == sorted(map(key, base))
+    kustomized = {key(d): normalised(d) for d in base}
+    for doc in chart:
+        assert normalised(doc) == kustomized[key(doc)], key(doc)
+
+
+def test_config_checksum_follows_the_config() -> None:
+    def checksum(values: dict[str, Any]) -> str:
+        return str(find(helm_(values), "DaemonSet")["spec"]["template"]["metadata"]["annotations"]["checksum/config"])
+
+    plain = checksum({})
+    assert checksum({"image": {"tag": "0.1.1"}}) == plain
+    assert checksum({"config": {"checks": {"disk": {"interval": "1m"}}}}) != plain
+    assert checksum({"metrics": {"port": 9905}}) != plain
+
+
+def test_values_reach_the_agent_config_as_typed_values() -> None:
+    """Helm reads numbers in values as floats; the chart writes integers back as integers."""
+    docs = helm_({"config": {"checks": {"gpu": {"expected_count": 8, "ecc_corrected_rate": 250}}}})
+    cfg = parse(agent_toml(docs), "agent.toml")
+    assert cfg.checks["gpu"].expected_count == 8 and cfg.checks["gpu"].ecc_corrected_rate == 250.0
+    assert cfg.checks["gpu"].driver_root == "/run/nvidia/driver:/", "a user's config keeps the chart's defaults"
+    # keys the chart's objects fix cannot be pointed elsewhere
+    docs = helm_({"config": {"paths": {"rootfs": "/elsewhere"}, "kubernetes": {"budget": {"namespace": "x"}}}})
+    cfg = parse(agent_toml(docs), "agent.toml")
+    assert cfg.paths.rootfs == "/host/root" and cfg.kubernetes.budget.namespace == "node-health-budget"
+
+
+def test_release_name_and_namespace_flow_into_every_reference() -> None:
+    docs = helm_({"kubernetes": {"taintPrefix": "health.example.com/"}}, name="gpu-health", namespace="ops")
+    sa = find(docs, "ServiceAccount")["metadata"]
+    assert (sa["name"], sa["namespace"]) == ("gpu-health-node-health-agent", "ops")
+    user = "system:serviceaccount:ops:gpu-health-node-health-agent"
+    for vap in (d for d in docs if d["kind"] == "ValidatingAdmissionPolicy"):
+        assert vap["spec"]["matchConditions"][0]["expression"].endswith(f"'{user}'")
+        binding = find(docs, "ValidatingAdmissionPolicyBinding", vap["metadata"]["name"])
+        assert binding["spec"]["policyName"] == vap["metadata"]["name"]
+    own_node = find(docs, "ValidatingAdmissionPolicy", "gpu-health-node-health-agent-own-node")
+    assert {v["name"]: v["expression"] for v in own_node["spec"]["variables"]}["taintPrefix"] == "'health.example.com/'"
+    k = parse(agent_toml(docs, "gpu-health-node-health-agent-config"), "agent.toml").kubernetes
+    assert k.taint_prefix == "health.example.com/"
+    switch = find(docs, "ConfigMap", k.kill_switch.name)
+    assert switch["metadata"]["namespace"] == k.kill_switch.namespace == "ops"
+    assert find(docs, "Role", "gpu-health-node-health-agent-kill-switch")["rules"][0]["resourceNames"] == [k.kill_switch.name]
+    assert find(docs, "DaemonSet")["spec"]["template"]["spec"]["serviceAccountName"] == sa["name"]
+
+
+def test_tolerations_and_kill_switch_values() -> None:
+    docs = helm_({"tolerations": [{"key": "gpu", "operator": "Exists"}], "killSwitch": {"paused": True}})
+    assert find(docs, "DaemonSet")["spec"]["template"]["spec"]["tolerations"] == [{"key": "gpu", "operator": "Exists"}]
+    assert find(docs, "ConfigMap", "node-health-agent-kill-switch")["data"] == {"paused": "true"}
+
+
+@pytest.mark.parametrize(("nodes", "percent", "minimum", "quota"),
+                         [(7500, 5, 1, "375"), (200, 5, 1, "10"), (10, 5, 1, "1"), (10, 5, 2, "2"), (64, 25, 1, "16")])
+def test_taint_budget_is_a_share_of_the_nodes(nodes: int, percent: int, minimum: int, quota: str) -> None:
+    docs = helm_({"taintBudget": {"nodes": nodes, "percent": percent, "minimum": minimum}})
+    assert find(docs, "ResourceQuota")["spec"]["hard"] == {"count/leases.coordination.k8s.io": quota}
+
+
+def test_taint_budget_needs_a_node_count_offline() -> None:
+    import helm_python
+
+    with pytest.raises(helm_python.HelmError, match="taintBudget.nodes"):
+        helm({})
+
+
+def test_taint_budget_off() -> None:
+    docs = helm({"taintBudget": {"enabled": False}})  # no node count needed then
+    assert not [d for d in docs if d["kind"] == "ResourceQuota" or "budget" in d["metadata"]["name"]]
+    assert not [d for d in docs if d["metadata"]["name"].endswith("own-lease")]
+    assert parse(agent_toml(docs), "agent.toml").kubernetes.budget.enabled is False
+
+
+def test_monitor_toggles(chart: list[dict[str, Any]]) -> None:
+    kinds = {d["kind"] for d in chart}
+    assert "PodMonitor" in kinds and "ServiceMonitor" not in kinds and "Service" not in kinds
+    assert "PrometheusRule" in kinds and "PrometheusRule" not in {d["kind"] for d in helm_({"prometheusRule": {"enabled": False}})}
+    docs = helm_({"metrics": {"podMonitor": {"enabled": False}, "serviceMonitor": {"enabled": True, "labels": {"release": "kps"}}}})
+    assert "PodMonitor" not in {d["kind"] for d in docs}
+    svc, sm = find(docs, "Service"), find(docs, "ServiceMonitor")
+    pod_labels = find(docs, "DaemonSet")["spec"]["template"]["metadata"]["labels"]
+    assert svc["spec"]["clusterIP"] == "None" and svc["spec"]["selector"].items() <= pod_labels.items()
+    assert sm["spec"]["selector"]["matchLabels"].items() <= svc["metadata"]["labels"].items()
+    assert sm["metadata"]["labels"]["release"] == "kps"
+    assert sm["spec"]["endpoints"][0]["port"] == svc["spec"]["ports"][0]["name"] == "metrics"
+    assert sm["spec"]["endpoints"][0]["scheme"] == "http"
+
+
+def test_tls_moves_probes_and_monitors_to_https() -> None:
+    docs = helm_(EVERYTHING_ON)
+    c = container(docs)
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        assert c[probe]["httpGet"]["scheme"] == "HTTPS", probe
+    for monitor, endpoints in (("PodMonitor", "podMetricsEndpoints"), ("ServiceMonitor", "endpoints")):
+        (ep,) = find(docs, monitor)["spec"][endpoints]
+        assert ep["scheme"] == "https" and ep["tlsConfig"]["ca"] == {"secret": {"name": "agent-tls", "key": "ca.crt"}}
+    tls = parse(agent_toml(docs), "agent.toml").metrics.tls
+    mounts = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
+    assert tls.cert_file == mounts["tls"] + "/tls.crt" and tls.key_file == mounts["tls"] + "/tls.key"
+    volumes = {v["name"]: v for v in find(docs, "DaemonSet")["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["tls"]["secret"]["secretName"] == "agent-tls"
+    assert not tls.client_ca_file
+
+
+def test_client_certificates_turn_probes_into_tcp_checks() -> None:
+    """The kubelet's probes cannot present a client certificate."""
+    docs = helm_({"metrics": {"tls": {"enabled": True, "secretName": "t", "clientAuth": True,
+                                      "scrape": {"certSecret": {"name": "c"}, "keySecret": {"name": "c"}}}}})
+    c = container(docs)
+    assert all(c[p] .get("tcpSocket") == {"port": "metrics"} and "httpGet" not in c[p]
+               for p in ("startupProbe", "readinessProbe", "livenessProbe"))
+    (ep,) = find(docs, "PodMonitor")["spec"]["podMetricsEndpoints"]
+    assert ep["tlsConfig"]["cert"] == {"secret": {"name": "c", "key": "tls.crt"}}
+    assert ep["tlsConfig"]["keySecret"] == {"name": "c", "key": "tls.key"}
+    assert parse(agent_toml(docs), "agent.toml").metrics.tls.client_ca_file.endswith("/ca.crt")
+
+
+@pytest.mark.parametrize("values", [{"metrics": {"tls": {"enabled": True}}},
+                                    {"metrics": {"tls": {"enabled": True, "secretName": "t", "clientAuth": True}}}],
+                         ids=["no secret", "mtls without a client cert for prometheus"])
+def test_tls_without_what_it_needs_is_refused(values: dict[str, Any]) -> None:
+    import helm_python
+
+    with pytest.raises(helm_python.HelmError, match="metrics.tls"):
+        helm_(values)
+
+
+def test_nvidia_runtime_value_matches_the_kustomize_component(gpu_variant: list[dict[str, Any]]) -> None:
+    docs = helm_({"nvidiaRuntime": {"enabled": True}})
+    assert container(docs)["image"] == "node-health-agent:0.1.0-gpu"
+    helm_ds, kust_ds = normalised(find(docs, "DaemonSet")), normalised(find(gpu_variant, "DaemonSet"))
+    helm_ds["spec"]["template"]["spec"]["containers"][0].pop("image")
+    kust_ds["spec"]["template"]["spec"]["containers"][0].pop("image")
+    assert helm_ds == kust_ds
+
+
+@pytest.mark.parametrize(("values", "key"), [
+    ({"killSwitch": {"paused": "yes"}}, "paused"),
+    ({"taintBudget": {"percent": 0}}, "percent"),
+    ({"taintBudget": {"nodes": 7500, "precent": 5}}, "precent"),
+    ({"metrics": {"port": 70000}}, "port"),
+    ({"imag": {"repository": "x"}}, "imag"),
+])
+def test_values_schema_refuses_mistakes(values: dict[str, Any], key: str) -> None:
+    import helm_python
+
+    with pytest.raises(helm_python.HelmError, match=key):
+        helm_(values)
