@@ -16,7 +16,7 @@ from functools import cache
 from types import MappingProxyType
 from typing import Literal
 
-from .findings import Severity
+from .findings import Finding, Observation, Sample, Severity
 
 MetricKind = Literal["gauge", "counter"]
 
@@ -111,6 +111,12 @@ CORE_METRICS: tuple[MetricSpec, ...] = (
         "node_health_config_reloads_total", "counter", "Configuration reloads (SIGHUP) by result.", ("result",)
     ),
     MetricSpec(
+        "node_health_render_dropped_total",
+        "counter",
+        "Samples and findings a /metrics render skipped because the catalog does not declare their metric, "
+        "labels or reason (the log names each once); every other series is still served.",
+    ),
+    MetricSpec(
         "node_health_config_last_reload_successful", "gauge", "1 if the last configuration reload succeeded."
     ),
 )
@@ -133,6 +139,26 @@ def _load() -> tuple[Mapping[str, Reason], Mapping[str, MetricSpec]]:
     return MappingProxyType(reasons), MappingProxyType(metrics)
 
 
+def feature_name(module: str) -> str:
+    """The feature a declaring module belongs to: ``agent.checks.gpu`` or
+    ``agent.gpu.catalog`` -> ``gpu``, ``agent.kube`` -> ``kube``."""
+    parts = [p for p in module.split(".") if p not in ("agent", "checks", "catalog")]
+    return parts[0] if parts else "core"
+
+
+def features() -> Mapping[str, tuple[tuple[Reason, ...], tuple[MetricSpec, ...]]]:
+    """What each feature declares, by feature name (``core`` for the agent's
+    own): the per-feature tables of docs/*.md are generated from it."""
+    _load()
+    out: dict[str, tuple[tuple[Reason, ...], tuple[MetricSpec, ...]]] = {"core": (CORE_REASONS, CORE_METRICS)}
+    for modname in FEATURE_MODULES:
+        mod = importlib.import_module(modname)
+        name = feature_name(modname)
+        had = out.get(name, ((), ()))
+        out[name] = (had[0] + tuple(getattr(mod, "REASONS", ())), had[1] + tuple(getattr(mod, "METRICS", ())))
+    return MappingProxyType(out)
+
+
 def reasons() -> Mapping[str, Reason]:
     return _load()[0]
 
@@ -153,3 +179,55 @@ def metric(name: str) -> MetricSpec:
         return metrics()[name]
     except KeyError:
         raise KeyError(f"metric {name!r} is not in the catalog (agent/catalog.py)") from None
+
+
+# ---------------------------------------------------------------- made by the catalog, checked against it
+
+
+def finding(
+    check: str, subject: str, reason: str, message: str, *, severity: Severity | None = None, unknown: bool | None = None
+) -> Finding:
+    """The one way to make a `Finding`: its severity and its unknown flag come
+    from the reason's catalog entry. `severity` replaces the catalog's only
+    where a node's configuration says so (an Xid's ``xid_severity``); `unknown`
+    only where one reason is sometimes a fact and sometimes "cannot tell"."""
+    entry = reasons().get(reason)
+    if entry is None:
+        raise CatalogError(f"finding reason {reason!r} is not in the catalog (agent/catalog.py)")
+    return Finding(
+        check=check,
+        subject=subject,
+        reason=reason,
+        severity=severity or entry.severity,
+        message=message,
+        unknown=entry.unknown if unknown is None else unknown,
+    )
+
+
+class CatalogError(ValueError):
+    """A value that the catalog does not declare: a bug in the code that made it."""
+
+
+def sample_problem(sample: Sample) -> str | None:
+    """Why `sample` cannot be exported as it is (None: it can)."""
+    spec = metrics().get(sample.name)
+    if spec is None:
+        return f"metric {sample.name!r} is not in the catalog (agent/catalog.py)"
+    names = tuple(k for k, _ in sample.labels)
+    if names != spec.labels:
+        return f"metric {sample.name!r} has labels {list(names)}; the catalog declares {list(spec.labels)}"
+    return None
+
+
+def check_observation(obs: Observation) -> None:
+    """Raise `CatalogError` for the first sample or finding of `obs` that the
+    catalog does not declare (the scheduler turns it into that check's
+    CheckFailed, so a typo fails its own check and nothing else)."""
+    for sample in obs.samples:
+        problem = sample_problem(sample)
+        if problem is not None:
+            raise CatalogError(problem)
+    known = reasons()
+    for f in obs.findings:
+        if f.reason not in known:
+            raise CatalogError(f"finding reason {f.reason!r} is not in the catalog (agent/catalog.py)")

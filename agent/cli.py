@@ -74,7 +74,8 @@ def build_parser() -> Parser:
     ver.set_defaults(func=cmd_version)
 
     docs = sub.add_parser("docs", help="print a reference table for the README")
-    docs.add_argument("what", choices=("config", "metrics", "reasons"))
+    docs.add_argument("what", choices=("config", "metrics", "reasons", "actions"))
+    docs.add_argument("feature", nargs="?", help="only what this feature declares (disk, gpu, kube, …)")
     docs.set_defaults(func=cmd_docs)
 
     for modname in COMMAND_MODULES:
@@ -163,7 +164,13 @@ def cmd_version(args: argparse.Namespace) -> int:
 def cmd_docs(args: argparse.Namespace) -> int:
     from . import docs
 
-    sys.stdout.write(docs.render(args.what))
+    if args.feature is not None and args.what in ("config", "actions"):
+        raise UsageError(f"docs {args.what}: takes no feature (it is one table)")
+    try:
+        table = docs.render(args.what, args.feature)
+    except ValueError as exc:
+        raise UsageError(f"docs {args.what}: {exc}") from None
+    sys.stdout.write(table)
     return 0
 
 

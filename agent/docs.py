@@ -1,9 +1,11 @@
-"""Reference tables for the README, generated from the schema and the catalog
-(`agent docs config|metrics|reasons`); a test keeps the README in sync."""
+"""Reference tables for the README and docs/*.md, generated from the schema
+and the catalog (`agent docs config|metrics|reasons [FEATURE]`); a test keeps
+every generated block in sync (tests/test_readme.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import re
+from collections.abc import Iterable, Sequence
 
 from . import catalog
 from .checks import registry
@@ -25,19 +27,52 @@ def config_rows() -> list[tuple[str, str, str]]:
     return rows
 
 
-def render(what: str) -> str:
-    if what == "config":
+def render(what: str, feature: str | None = None) -> str:
+    """One table: `config`, or the `metrics` or `reasons` of the whole catalog
+    or of one feature (`disk`, `gpu`, `kube`, …, `core`)."""
+    if what == "config" and feature is None:
         return _table(("key", "default", "meaning"), [(f"`{k}`", f"`{d}`", doc) for k, d, doc in config_rows()])
+    if what == "actions" and feature is None:
+        return _actions()
+    if what not in ("metrics", "reasons"):
+        raise ValueError(what)
+    if feature is None:
+        reasons: Iterable[catalog.Reason] = catalog.reasons().values()
+        metrics: Iterable[catalog.MetricSpec] = catalog.metrics().values()
+    else:
+        try:
+            reasons, metrics = catalog.features()[feature]
+        except KeyError:
+            raise ValueError(f"no feature {feature!r}; expected one of {', '.join(catalog.features())}") from None
     if what == "metrics":
-        metrics = sorted(catalog.metrics().values(), key=lambda m: m.name)
         return _table(
             ("metric", "type", "labels", "meaning"),
-            [(f"`{m.name}`", m.kind, ", ".join(f"`{label}`" for label in m.labels), m.help) for m in metrics],
+            [(f"`{m.name}`", m.kind, ", ".join(f"`{label}`" for label in m.labels), m.help)
+             for m in sorted(metrics, key=lambda m: m.name)],
         )
-    if what == "reasons":
-        reasons = sorted(catalog.reasons().values(), key=lambda r: r.name)
-        return _table(
-            ("reason", "severity", "family", "meaning"),
-            [(f"`{r.name}`", r.severity.value + (" (unknown)" if r.unknown else ""), r.family, r.summary) for r in reasons],
-        )
-    raise ValueError(what)
+    rows = [(f"`{r.name}`", r.severity.value + (" (unknown)" if r.unknown else ""), r.family, r.summary)
+            for r in sorted(reasons, key=lambda r: r.name) if feature is None or not _PER_XID.match(r.name)]
+    per_xid = [r for r in reasons if _PER_XID.match(r.name)] if feature is not None else []
+    if per_xid:  # a feature's page names them once; the README lists every one
+        rows.append((
+            "`Xid<N>`", "per Xid, from the Xid catalog", per_xid[0].family,
+            f"One reason per Xid of the catalog ({len(per_xid)} of them: `Xid79`, `Xid48`, …), with its severity and "
+            "action; `agent docs reasons` lists them all.",
+        ))
+    return _table(("reason", "severity", "family", "meaning"), rows)
+
+
+_PER_XID = re.compile(r"Xid\d+$")
+
+
+def _actions() -> str:
+    """The Xid catalog by recommended action: what to do, which Xids, how long the finding stays."""
+    from .gpu.xids import ACTION_TEXT, ACTIONS, catalog, hold
+
+    rows = []
+    for action in ACTIONS:
+        infos = sorted((i for i in catalog().values() if i.action == action), key=lambda i: i.xid)
+        severities = sorted({i.severity for i in infos}, key=lambda s: s.rank)
+        rows.append((f"`{action}`", ACTION_TEXT[action], ", ".join(str(i.xid) for i in infos) or "—",
+                     ", ".join(s.value for s in severities) or "—", hold(action)))
+    return _table(("action", "what to do", "Xids", "severity", "the finding stays"), rows)

@@ -89,17 +89,9 @@ class ObservationBuilder:
         self, subject: str, reason: str, message: str, *, severity: Severity | None = None, unknown: bool | None = None
     ) -> Finding:
         """Record a finding; severity and unknown default to the reason's catalog entry."""
-        from .catalog import reason as lookup
+        from .catalog import finding
 
-        entry = lookup(reason)
-        f = Finding(
-            check=self.check,
-            subject=subject,
-            reason=reason,
-            severity=severity or entry.severity,
-            message=message,
-            unknown=entry.unknown if unknown is None else unknown,
-        )
+        f = finding(self.check, subject, reason, message, severity=severity, unknown=unknown)
         self._findings.append(f)
         self._subjects.setdefault(subject, "")
         return f

@@ -18,7 +18,7 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -29,18 +29,40 @@ from prometheus_client.utils import floatToGoString
 
 from . import __version__, catalog, native
 from .config import MetricsSection, split_host_port
-from .findings import Labels
+from .findings import Labels, Sample
 from .store import Snapshot, Store
 
 log = logging.getLogger(__name__)
 
 
+class RenderDrops:
+    """What renders skipped because the catalog does not declare it: counted
+    (``node_health_render_dropped_total``) and named in the log once per name,
+    so one typo on a rare code path costs its own series, never the scrape.
+    Checks' samples are checked where they are made (`catalog.check_observation`);
+    this catches what reaches the store by another path."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.total = 0
+        self._named: set[str] = set()
+
+    def drop(self, what: str, why: str) -> None:
+        with self._lock:
+            self.total += 1
+            first = what not in self._named
+            if first and len(self._named) < 1000:  # names come from code: a bounded set
+                self._named.add(what)
+        (log.error if first else log.debug)("/metrics skips %s: %s", what, why)
+
+
 class AgentCollector:
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, drops: RenderDrops | None = None) -> None:
         self._store = store
+        self._drops = drops or RenderDrops()
 
     def collect(self) -> Iterator[Metric]:
-        return iter(render_families(self._store.snapshot()))
+        return iter(render_families(self._store.snapshot(), self._drops))
 
 
 class AgentRegistry(CollectorRegistry):
@@ -54,8 +76,9 @@ class AgentRegistry(CollectorRegistry):
         super().__init__(auto_describe=False)
         self.store = store
         self.process = ProcessCollector(registry=None)
-        self.renderer = TextRenderer()
-        self.register(AgentCollector(store))
+        self.drops = RenderDrops()
+        self.renderer = TextRenderer(self.drops)
+        self.register(AgentCollector(store, self.drops))
         self.register(self.process)
 
     def text(self) -> bytes:
@@ -71,8 +94,10 @@ def build_registry(store: Store) -> AgentRegistry:
 Series = dict[str, list[tuple[Labels, float]]]
 
 
-def collect_series(snap: Snapshot) -> Series:
-    """Every series of the snapshot, grouped by metric, in exposition order."""
+def collect_series(snap: Snapshot, drops: RenderDrops | None = None) -> Series:
+    """Every series of the snapshot, grouped by metric, in exposition order;
+    what the catalog does not declare is skipped and counted in `drops`."""
+    drops = drops or RenderDrops()
     fams: Series = {}
 
     def add(name: str, labels: Labels, value: float) -> None:
@@ -88,6 +113,7 @@ def collect_series(snap: Snapshot) -> Series:
         add("node_health_native_fallback_total", (("parser", parser),), count)
     add("node_health_start_time_seconds", (), snap.started)
     add("node_health_scheduler_last_tick_timestamp_seconds", (), snap.last_tick)
+    dropped = fams["node_health_render_dropped_total"] = []  # its value once this render's drops are known
     for name, st in snap.checks.items():
         lab = (("check", name),)
         add("node_health_check_success", lab, 1 if st.ok else 0)
@@ -100,28 +126,57 @@ def collect_series(snap: Snapshot) -> Series:
         add("node_health_check_stuck", lab, 1 if st.stuck else 0)
     findings: list[tuple[Labels, float]] = [
         ((("check", c), ("subject", s), ("reason", r), ("severity", sev)), v)
-        for (c, s, r, sev), v in _findings(snap).items()
+        for (c, s, r, sev), v in _findings(snap, drops).items()
     ]
     if findings:
         fams["node_health_finding"] = findings
-    for sample in snap.samples():  # the bulk of a scrape: nothing per label here
-        series = fams.get(sample.name)
-        if series is None:
-            series = fams[sample.name] = []
-        series.append((sample.labels, sample.value))
+    shapes = {name: spec.labels for name, spec in catalog.metrics().items()}
+    # Checks' samples were checked label by label where they were made (the
+    # scheduler); here the bulk of a scrape pays only for a name and a count.
+    for st in snap.checks.values():
+        _add_samples(fams, shapes, st.samples, drops, exact=False)
+    for samples in (*snap.event_samples.values(), *snap.extra.values()):
+        _add_samples(fams, shapes, samples, drops, exact=True)
+    dropped.append(((), drops.total))
     return fams
 
 
-def _findings(snap: Snapshot) -> dict[tuple[str, str, str, str], int]:
+def _add_samples(
+    fams: Series, shapes: Mapping[str, tuple[str, ...]], samples: Iterable[Sample], drops: RenderDrops, *, exact: bool
+) -> None:
+    for sample in samples:
+        labels = sample.labels
+        names = shapes.get(sample.name)
+        if names is None or len(names) != len(labels) or (exact and tuple([k for k, _ in labels]) != names):
+            drops.drop(f"metric {sample.name}", catalog.sample_problem(sample) or "")
+            continue
+        series = fams.get(sample.name)
+        if series is None:
+            series = fams[sample.name] = []
+        series.append((labels, sample.value))
+
+
+def _findings(snap: Snapshot, drops: RenderDrops) -> dict[tuple[str, str, str, str], int]:
     reasons = catalog.reasons()
     series: dict[tuple[str, str, str, str], int] = {}
+
+    def known(check: str, subject: str, reason: str) -> None:
+        entry = reasons.get(reason)
+        if entry is None:
+            drops.drop(f"reason {reason}", f"finding reason {reason!r} of check {check} is not in the catalog")
+        else:
+            series[(check, subject, reason, entry.severity.value)] = 0
+
     for name, st in snap.checks.items():
         for subject, reason in st.known:
-            series[(name, subject, reason, reasons[reason].severity.value)] = 0
+            known(name, subject, reason)
     for triples in snap.events_known.values():
         for check, subject, reason in triples:
-            series[(check, subject, reason, reasons[reason].severity.value)] = 0
+            known(check, subject, reason)
     for f in snap.findings():
+        if f.reason not in reasons:
+            drops.drop(f"reason {f.reason}", f"finding reason {f.reason!r} of check {f.check} is not in the catalog")
+            continue
         series[(f.check, f.subject, f.reason, f.severity.value)] = 1
     return series
 
@@ -132,9 +187,9 @@ def _family(name: str) -> Any:
     return cls(name, spec.help, labels=list(spec.labels))
 
 
-def render_families(snap: Snapshot) -> list[Metric]:
+def render_families(snap: Snapshot, drops: RenderDrops | None = None) -> list[Metric]:
     out = []
-    for name, series in collect_series(snap).items():
+    for name, series in collect_series(snap, drops).items():
         fam = _family(name)
         for labels, value in series:
             fam.add_metric([v for _, v in labels], value)
@@ -151,14 +206,15 @@ class TextRenderer:
     subjects stay), so their formatted text is kept from the last render, and
     only from the last: a subject that went away is dropped with it."""
 
-    def __init__(self) -> None:
+    def __init__(self, drops: RenderDrops | None = None) -> None:
         self._prefixes: dict[str, dict[Labels, str]] = {}  # metric → labels → "name{...} "
+        self._drops = drops or RenderDrops()
 
     def render(self, snap: Snapshot) -> str:
         kept: dict[str, dict[Labels, str]] = self._prefixes
         prefixes: dict[str, dict[Labels, str]] = {}
         out: list[str] = []
-        for name, series in collect_series(snap).items():
+        for name, series in collect_series(snap, self._drops).items():
             spec = catalog.metric(name)
             if spec.kind == "counter":  # CounterMetricFamily's naming: the family without "_total", samples with it
                 name = name.removesuffix("_total") + "_total"

@@ -18,9 +18,10 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
+from . import catalog
 from .checks import Check
 from .config import CheckConfig
-from .findings import Finding, Observation, Severity
+from .findings import Finding, Observation
 from .store import CheckStatus, Store
 
 log = logging.getLogger(__name__)
@@ -163,6 +164,7 @@ class Scheduler:
                 obs = check.run()
                 if not isinstance(obs, Observation):
                     raise TypeError(f"run() returned {type(obs).__name__}, not an Observation")
+                catalog.check_observation(obs)  # an undeclared sample fails this run, not the scrape
             except BaseException as exc:  # noqa: BLE001 - a check can fail, the agent cannot
                 err = exc
             self._q.put(("done", check.name, run, obs, err, time.monotonic() - t0))
@@ -220,7 +222,7 @@ class Scheduler:
 
 
 def _finding(check: str, reason: str, message: str) -> Finding:
-    return Finding(check=check, subject=check, reason=reason, severity=Severity.WARNING, message=message, unknown=True)
+    return catalog.finding(check, check, reason, message)
 
 
 __all__ = ["CheckStatus", "Scheduler"]

@@ -130,8 +130,8 @@ def summarize(fake: FakeApiServer, agents: list[Reconciler], fault_at: float, re
             "peak_per_s": max(per_second.values(), default=0), "last_write_after_s": round(last - a, 1),
             "by_verb": dict(sorted(verbs.items())),
         }
-    out["tainted_at_end"] = sum(1 for a in agents if a.node and any(
-        t["key"].startswith("node-health-agent/") for t in a.node["spec"].get("taints", [])))
+    out["tainted_at_end"] = sum(1 for a in agents if a.node.obj and any(
+        t["key"].startswith("node-health-agent/") for t in a.node.obj["spec"].get("taints", [])))
     out["budget"] = budget
     return out
 

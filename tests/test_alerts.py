@@ -8,7 +8,6 @@ To rewrite daemonset/prometheusrule.yaml after changing the rules file:
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 from pathlib import Path
@@ -16,7 +15,7 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import require_tool
+from conftest import require_tool, update_requested
 from promql import PROMETHEUS_SERIES, metric_names
 
 from agent import catalog
@@ -65,7 +64,7 @@ def prometheus_rule() -> dict[str, Any]:
 
 def test_the_prometheusrule_carries_the_rules_file() -> None:
     text = PROMETHEUS_RULE_HEAD + yaml.safe_dump(prometheus_rule(), sort_keys=False, width=120)
-    if os.environ.get("NHA_UPDATE_ALERTS") == "1":
+    if update_requested("NHA_UPDATE_ALERTS"):
         PROMETHEUS_RULE.write_text(text)
     assert yaml.safe_load(PROMETHEUS_RULE.read_text()) == prometheus_rule(), (
         "daemonset/prometheusrule.yaml differs from alerts/: NHA_UPDATE_ALERTS=1 python -m pytest tests/test_alerts.py"

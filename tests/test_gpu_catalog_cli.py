@@ -175,3 +175,17 @@ def test_xid_unknown_is_exit_2(arg: str) -> None:
     res = agent("xid", arg)
     assert res.returncode == 2
     assert len(res.stderr.decode().strip().splitlines()) == 1 and b"Traceback" not in res.stderr
+
+
+def test_the_documented_hold_of_each_action_is_what_the_verdicts_do() -> None:
+    """docs/gpu.md's action table says how long a finding stays (`xids.hold`): a catalog Xid's
+    verdict is sticky (until reboot) exactly where the table says so."""
+    from agent.gpu.xids import classify, hold
+    from agent.parsers.xid import KIND_XID
+
+    for xid, info in catalog().items():
+        if xid in (154, *range(144, 151)):  # their verdict follows the line (recovery action, Fatal/Nonfatal)
+            continue
+        verdict = classify(KIND_XID, xid, info.meaning)
+        assert verdict is not None and verdict.action == info.action
+        assert verdict.sticky == hold(info.action).startswith("until the node reboots"), xid

@@ -1,5 +1,7 @@
-"""The README stays true: its reference tables are generated from the schema
-and the catalog (`agent docs …`), and its two commands are the ones CI runs.
+"""The README and docs/*.md stay true: their reference tables are generated
+from the schema and the catalog (`agent docs …`) between BEGIN/END markers,
+no catalog row is restated by hand outside them, and the README's two
+commands are the ones CI runs.
 
 To refresh the tables after changing the schema or the catalog (the test then
 skips, as it compared nothing; refused under CI=true, see conftest.pytest_configure):
@@ -17,22 +19,76 @@ from pathlib import Path
 import pytest
 from conftest import update_requested
 
-from agent import docs
+from agent import catalog, docs
 
 ROOT = Path(__file__).parent.parent
 README = ROOT / "README.md"
-BLOCK = re.compile(r"(<!-- BEGIN agent docs (\w+) -->\n)(.*?)(<!-- END agent docs \2 -->)", re.S)
+DOCS = sorted((ROOT / "docs").glob("*.md"))
+BLOCK = re.compile(r"(<!-- BEGIN agent docs (\w+)(?: (\w+))? -->\n)(.*?)(<!-- END agent docs \2(?: \3)? -->)", re.S)
+STALE = "generated tables are stale: NHA_UPDATE_README=1 python -m pytest tests/test_readme.py"
 
 
-def test_reference_tables_match_the_code() -> None:
-    text = README.read_text()
-    found = {m.group(2) for m in BLOCK.finditer(text)}
-    assert found == {"config", "metrics", "reasons"}
-    fresh = BLOCK.sub(lambda m: m.group(1) + docs.render(m.group(2)) + m.group(4), text)
+def _refresh(path: Path) -> tuple[str, str, set[tuple[str, str | None]]]:
+    text = path.read_text()
+    found = {(m.group(2), m.group(3)) for m in BLOCK.finditer(text)}
+    fresh = BLOCK.sub(lambda m: m.group(1) + docs.render(m.group(2), m.group(3)) + m.group(5), text)
+    return text, fresh, found
+
+
+@pytest.mark.parametrize("path", [README, *DOCS], ids=lambda p: p.name)
+def test_generated_tables_match_the_code(path: Path) -> None:
+    text, fresh, _ = _refresh(path)
     if update_requested("NHA_UPDATE_README"):
-        README.write_text(fresh)
-        pytest.skip("README.md tables rewritten from the code: review the diff, then run without NHA_UPDATE_README")
-    assert fresh == text, "README reference tables are stale: NHA_UPDATE_README=1 python -m pytest tests/test_readme.py"
+        path.write_text(fresh)
+        pytest.skip(f"{path.name}: tables rewritten from the code: review the diff, then run without NHA_UPDATE_README")
+    assert fresh == text, f"{path.name}: {STALE}"
+
+
+def test_the_readme_has_the_whole_reference() -> None:
+    assert _refresh(README)[2] == {("config", None), ("metrics", None), ("reasons", None)}
+
+
+def test_every_features_reasons_and_metrics_have_their_table_in_docs() -> None:
+    found = set().union(*(_refresh(p)[2] for p in DOCS))
+    wanted = {
+        (what, name)
+        for name, (reasons, metrics) in catalog.features().items()
+        if name != "core"  # the agent's own: in the README
+        for what, declared in (("reasons", reasons), ("metrics", metrics))
+        if declared
+    }
+    assert wanted <= found, f"no generated table in docs/ for {sorted(wanted - found)}"
+    assert ("actions", None) in found, "docs/gpu.md: the Xid catalog by action"
+
+
+def _outside_blocks(text: str) -> str:
+    return BLOCK.sub("", text)
+
+
+def _hand_rows(text: str) -> list[tuple[str, str]]:
+    """(header, first cell) of every table row outside the generated blocks."""
+    rows, header = [], ""
+    lines = _outside_blocks(text).splitlines()
+    for i, line in enumerate(lines):
+        if not line.startswith("|"):
+            header = ""
+        elif not header and i + 1 < len(lines) and lines[i + 1].startswith("|---"):
+            header = line
+        elif not line.startswith("|---"):
+            rows.append((header, line.split("|")[1].strip()))
+    return rows
+
+
+@pytest.mark.parametrize("path", [README, *DOCS], ids=lambda p: p.name)
+def test_no_catalog_row_is_restated_by_hand(path: Path) -> None:
+    """A table that says what a reason or metric means (its severity, type or meaning) is generated;
+    tables about something else may name them (docs/metrics.md's overlap with node_exporter)."""
+    declared = set(catalog.reasons()) | set(catalog.metrics())
+    restated = [
+        cell for header, cell in _hand_rows(path.read_text())
+        if re.search(r"\| (meaning|severity|type|when) \|", header) and re.sub(r"[`{].*", "", cell.strip("`")) in declared
+    ]
+    assert not restated, f"{path.name}: table rows restate the catalog by hand: {restated}"
 
 
 def test_ci_runs_the_readme_test_command() -> None:
@@ -42,9 +98,33 @@ def test_ci_runs_the_readme_test_command() -> None:
     assert m.group(1).strip() in (ROOT / ".ci" / "run").read_text()
 
 
-@pytest.mark.parametrize("what", ["config", "metrics", "reasons"])
+@pytest.mark.parametrize("what", ["config", "metrics", "reasons", "actions"])
 def test_docs_command_renders(what: str) -> None:
     assert docs.render(what).startswith("| ")
+
+
+@pytest.mark.parametrize("feature", ["disk", "network", "gpu", "traffic", "burn", "kube", "core"])
+def test_a_features_table_holds_only_what_it_declares(feature: str) -> None:
+    reasons, metrics = catalog.features()[feature]
+    table = docs.render("metrics", feature)
+    assert {m.name for m in metrics} == set(re.findall(r"^\| `(\w+)`", table, re.M))
+    names = set(re.findall(r"^\| `(\w+)`", docs.render("reasons", feature), re.M))
+    assert names == {r.name for r in reasons if not re.fullmatch(r"Xid\d+", r.name)}
+
+
+def test_docs_command_refuses_an_unknown_feature() -> None:
+    with pytest.raises(ValueError, match="no feature 'nosuch'"):
+        docs.render("metrics", "nosuch")
+
+
+def test_agent_docs_takes_a_feature_and_refuses_an_unknown_one(capsys: pytest.CaptureFixture[str]) -> None:
+    from agent import cli
+
+    assert cli.main(["docs", "metrics", "disk"]) == 0
+    assert capsys.readouterr().out == docs.render("metrics", "disk")
+    assert cli.main(["docs", "reasons", "nosuch"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "no feature 'nosuch'" in err and "Traceback" not in err
 
 
 @pytest.mark.parametrize("switch", ["NHA_UPDATE_GOLDEN", "NHA_UPDATE_README"])

@@ -4,15 +4,14 @@ selftest --burn` and the preflight source."""
 
 from __future__ import annotations
 
-import glob
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
-from ..hostpaths import HostPaths, read_text
+from ..gpu.pci import bus_gpus
+from ..hostpaths import HostPaths
 from ..probe import Prober
 from .backend import Backend, BackendError, Inventory, NoWatch, Watch
 from .builtin import BuiltinBackend
@@ -24,17 +23,11 @@ from .verdict import Thresholds
 log = logging.getLogger(__name__)
 
 NVML_TIMEOUT = 30.0  # listing the GPUs through NVML; longer means a GPU is hanging the driver
-DISPLAY_CLASSES = ("0x0300", "0x0302")  # VGA and 3D controllers (NVSwitches are 0x0680)
 
 
 def pci_gpu_count(paths: HostPaths) -> int:
-    """NVIDIA GPUs on the PCI bus, whatever the driver says."""
-    n = 0
-    for dev in glob.glob(paths.sys("bus", "pci", "devices", "*")):
-        vendor = read_text(os.path.join(dev, "vendor"), "")
-        cls = read_text(os.path.join(dev, "class"), "") or ""
-        n += vendor == "0x10de" and cls[:6] in DISPLAY_CLASSES
-    return n
+    """NVIDIA GPUs on the PCI bus, whatever the driver says: the GPUs the GPU check counts."""
+    return len(bus_gpus(paths))
 
 
 @dataclass(frozen=True, slots=True)

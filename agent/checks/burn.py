@@ -63,7 +63,7 @@ METRICS: tuple[MetricSpec, ...] = (
     MetricSpec(
         "node_health_burn_runs_total",
         "counter",
-        "Burns since the agent started, by kind and result.",
+        "Burns since the agent started, by kind (preflight, periodic) and result (pass, fail, unknown).",
         ("kind", "result"),
     ),
     MetricSpec("node_health_burn_duration_seconds", "gauge", "Wall time of the last burn."),

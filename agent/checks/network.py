@@ -43,11 +43,20 @@ W, C = Severity.WARNING, Severity.CRITICAL
 REASONS: tuple[Reason, ...] = (
     _reason("InterfaceMissing", C, "A watched interface does not exist (removed, renamed, or its driver failed)."),
     _reason("LinkAdminDown", C, "A watched interface is administratively down (IFF_UP cleared)."),
-    _reason("LinkDown", C, "A watched interface is up but passes no traffic: no carrier, or operstate not up."),
+    _reason(
+        "LinkDown", C,
+        "A watched interface is up but passes no traffic: no carrier, or operstate other than up (unknown, "
+        "which drivers that do not track operstate report, counts as up).",
+    ),
     _reason("LinkFlapping", W, "The carrier changed more than flap_threshold times within flap_window."),
-    _reason("LinkErrors", W, "rx+tx errors per second at or above error_rate_warning."),
+    _reason("LinkErrors", W, "rx+tx errors per second at or above error_rate_warning (the message splits rx and tx)."),
     _reason("LinkDrops", W, "rx+tx drops per second at or above drop_rate_warning."),
-    _reason("LinkStateUnknown", W, "Netlink could not say the link's state (the message says why).", unknown=True),
+    _reason(
+        "LinkStateUnknown", W,
+        "Netlink could not say the link's state, or has no link that sysfs shows (the agent runs in another "
+        "network namespace); the message says why.",
+        unknown=True,
+    ),
     _reason("InterfaceCountersUnknown", W, "/proc/net/dev could not be read, or lacks the interface.", unknown=True),
     _reason(
         "TargetUnreachable", W, "A target did not accept a TCP connection: refused, timed out, no route, DNS failure."

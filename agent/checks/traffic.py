@@ -43,7 +43,7 @@ REASONS: tuple[Reason, ...] = (
         "TrafficRulesNotInPlace",
         Severity.WARNING,
         "The agent's traffic accounting rules are missing or altered and could not be put back; "
-        "the traffic counters are held.",
+        "the traffic counters are held (in a dry run, at info: what would be fixed).",
         unknown=True,
     ),
 )

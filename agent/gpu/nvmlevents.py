@@ -16,7 +16,7 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-from ..findings import Finding, Severity
+from .. import catalog
 from ..parsers.xid import KIND_XID
 from . import nvml
 from .pci import normalize
@@ -89,8 +89,8 @@ class NvmlEvents:
             self.gpus[_addr(h)] = (i, pci)
         msg = None
         if unsupported:
-            msg = Finding(CHECK, "nvml-events", "NvmlEventsUnsupported", Severity.INFO,
-                          f"NVML cannot deliver Xid events for {', '.join(unsupported)}; the kernel log still does")
+            msg = catalog.finding(CHECK, "nvml-events", "NvmlEventsUnsupported",
+                                  f"NVML cannot deliver Xid events for {', '.join(unsupported)}; the kernel log still does")
         self.src.set_status("nvml-events", msg)
         if not self.gpus:
             nv.nvmlEventSetFree(es)

@@ -20,6 +20,14 @@ NVIDIA_VENDOR = "0x10de"
 GPU_CLASSES = ("0x0300", "0x0302", "0x0380")
 
 
+def is_gpu(vendor: str, pci_class: str) -> bool:
+    """What a GPU is, for every part of the agent that counts them (the GPU
+    check, the Xid source, the burn): an NVIDIA function whose PCI class
+    (sysfs ``class``, e.g. ``0x030200``: class, subclass, prog-if) is a display
+    controller of `GPU_CLASSES`."""
+    return vendor.strip().lower() == NVIDIA_VENDOR and pci_class.strip().lower()[:6] in GPU_CLASSES
+
+
 def normalize(bus_id: str | bytes) -> str:
     """Any spelling of a GPU's PCI address → ``dddd:bb:dd`` (lower case); "" if not one."""
     s = (bus_id.decode("ascii", "replace") if isinstance(bus_id, bytes) else bus_id).strip().lower().removeprefix("pci:")
@@ -47,11 +55,10 @@ def bus_gpus(paths: HostPaths) -> dict[str, str]:
     out = {}
     for name in names:
         dev = os.path.join(base, name)
-        if read_text(os.path.join(dev, "vendor"), "") != NVIDIA_VENDOR:
+        if not is_gpu(read_text(os.path.join(dev, "vendor"), "") or "", read_text(os.path.join(dev, "class"), "") or ""):
             continue
-        cls = read_text(os.path.join(dev, "class"), "") or ""
         addr = normalize(name)
-        if cls[:6] in GPU_CLASSES and addr:
+        if addr:
             try:
                 out[addr] = os.path.basename(os.readlink(os.path.join(dev, "driver")))
             except OSError:

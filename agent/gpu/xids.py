@@ -41,6 +41,19 @@ ACTION_TEXT = {
     "rma": "drain the node and replace the GPU (RMA)",
 }
 
+
+
+def hold(action: str) -> str:
+    """How long a finding for an Xid with this action stays (what `Verdict.sticky` and the
+    stream's driver-reload rule do), in words for the docs."""
+    if action not in STICKY_ACTIONS:
+        return "`app_xid_hold` (5 min) after the event: the GPU is fine once the application is gone"
+    if action == "reset_gpu":
+        return ("until the node reboots, or until the NVIDIA driver is loaded again (`NVRM: loading NVIDIA UNIX …` "
+                "after the Xid: a reload resets every GPU)")
+    return "until the node reboots (a new boot id)"
+
+
 XID_FALLEN_OFF_BUS = 79
 XID_PREEMPTIVE_CLEANUP = 45
 XID_RECOVERY_ACTION = 154

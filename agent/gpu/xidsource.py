@@ -22,8 +22,8 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, NamedTuple
 
-from .. import native
-from ..findings import Finding, ObservationBuilder, Sample, Severity
+from .. import catalog, native
+from ..findings import Finding, ObservationBuilder, Sample
 from ..parsers.xid import KIND_SXID
 from ..sources import Emit
 from ..state import StateDir, boot_id
@@ -273,7 +273,7 @@ class XidSource:
             except KmsgError as exc:
                 reason = "InsufficientPrivilege" if exc.privilege else "KmsgUnavailable"
                 log.debug("kernel log: %s", exc)
-                self.set_status("kmsg", Finding(CHECK, "kmsg", reason, Severity.WARNING if not exc.privilege else Severity.INFO, str(exc), unknown=True), up=0.0)
+                self.set_status("kmsg", catalog.finding(CHECK, "kmsg", reason, str(exc)), up=0.0)
                 self.stop_event.wait(RETRY_OPEN)
                 continue
             self.set_status("kmsg", None, up=1.0)

@@ -35,6 +35,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from .. import catalog
 from ..findings import Finding, Sample, Severity
 from ..parsers.xid import KIND_DRIVER_LOADED, KIND_FALLEN_OFF_BUS, KIND_SXID, KIND_XID
 from .xids import ACTION_TEXT, NVLINK5_XIDS, XID_FALLEN_OFF_BUS, XID_RECOVERY_ACTION, Verdict, classify, metric_label
@@ -208,11 +209,11 @@ class XidStream:
 
     def findings(self) -> list[Finding]:
         out = [
-            Finding(CHECK, subject, reason, a.severity, a.message + (f" [{a.count} events]" if a.count > 1 else ""))
+            catalog.finding(CHECK, subject, reason, a.message + (f" [{a.count} events]" if a.count > 1 else ""), severity=a.severity)
             for (subject, reason), a in sorted(self.active.items())
         ]
         if self.coverage_message:
-            out.append(Finding(CHECK, "kmsg", "KmsgCoverageLost", Severity.WARNING, self.coverage_message, unknown=True))
+            out.append(catalog.finding(CHECK, "kmsg", "KmsgCoverageLost", self.coverage_message))
         return out
 
     def samples(self) -> list[Sample]:

@@ -46,7 +46,7 @@ METRICS: tuple[MetricSpec, ...] = (
         ("verb", "resource", "code"),
     ),
     MetricSpec(
-        "node_health_kube_retries_total", "counter", "Requests repeated after a conflict, a 429, a 5xx or a connection error.",
+        "node_health_kube_retries_total", "counter", "Requests repeated, by reason: conflict (409), throttled (429), server_error (5xx), connection, unauthorized (401).",
         ("reason",),
     ),
     MetricSpec("node_health_kube_conflicts_total", "counter", "409 Conflict answers to a taint write (stale resourceVersion)."),
@@ -73,7 +73,7 @@ METRICS: tuple[MetricSpec, ...] = (
         ("key", "effect", "cause"),
     ),
     MetricSpec(
-        "node_health_would_untaint", "gauge", "1 for each of its taints the agent would remove but does not.",
+        "node_health_would_untaint", "gauge", "1 for each of its taints the agent would remove but does not (cause: dry_run, kill_switch).",
         ("key", "effect", "cause"),
     ),
     MetricSpec(
