@@ -30,6 +30,7 @@ FEATURE_MODULES: tuple[str, ...] = (
     "agent.checks.traffic",
     "agent.checks.burn",
     "agent.kube",
+    "agent.web",
 )
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import importlib
+import logging
 import platform
 import sys
 from collections.abc import Sequence
@@ -39,14 +40,29 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
 
 
+def _web_config_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--web.config.file", dest="web_config_file", metavar="FILE",
+                   help="exporter-toolkit web config (YAML: TLS, basic auth, headers), as node_exporter takes it")
+
+
+class _Version(argparse.Action):
+    """`agent --version`, the same as `agent version`."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> NoReturn:
+        cmd_version(argparse.Namespace())
+        parser.exit(0)
+
+
 def build_parser() -> Parser:
     parser = Parser(prog="agent", description="Per-node health agent for GPU clusters on Kubernetes.")
+    parser.add_argument("--version", action=_Version, nargs=0, help="print the version and exit (as agent version)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     sub.required = True
 
     run = sub.add_parser("run", help="run the agent (the daemon)", description="Run the agent until SIGTERM.")
     _common(run)
     run.add_argument("--listen", metavar="HOST:PORT", help="address for /metrics and /healthz")
+    _web_config_flag(run)
     run.add_argument("--state-dir", metavar="DIR", help="state directory (default /var/lib/node-health-agent)")
     run.add_argument("--once", action="store_true", help="run every check once, then exit 0 (healthy) or 1")
     run.add_argument("--dry-run", action="store_true", help="decide but change nothing on the node or cluster")
@@ -65,6 +81,7 @@ def build_parser() -> Parser:
     cfg_sub.required = True
     check = cfg_sub.add_parser("check", help="validate a config file (exit 0 ok, 2 bad)")
     check.add_argument("file", metavar="FILE")
+    _web_config_flag(check)
     check.set_defaults(func=cmd_config_check)
     show = cfg_sub.add_parser("show", help="print the effective config, defaults filled in")
     show.add_argument("--config", metavar="FILE")
@@ -92,6 +109,7 @@ def _overrides(args: argparse.Namespace) -> Any:
     return Overrides(
         config_path=args.config,
         listen=getattr(args, "listen", None),
+        web_config_file=getattr(args, "web_config_file", None),
         state_dir=getattr(args, "state_dir", None),
         procfs=args.procfs,
         sysfs=args.sysfs,
@@ -109,6 +127,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     ov = _overrides(args)
     cfg = load_config(ov)
     logs.setup(cfg.agent.log_level, cfg.agent.log_format)
+    if args.kubeconfig:
+        _check_kubeconfig(args.kubeconfig, once=args.once)
     return Daemon(cfg, ov, RunOptions(once=args.once, dry_run=args.dry_run, kubeconfig=args.kubeconfig)).run()
 
 
@@ -136,11 +156,31 @@ def cmd_selftest(args: argparse.Namespace) -> int:
     return selftest.render(store.snapshot(), args.json)
 
 
-def cmd_config_check(args: argparse.Namespace) -> int:
-    from .config import load
+def _check_kubeconfig(path: str, once: bool) -> None:
+    """A --kubeconfig that cannot be loaded is refused at start, --once included."""
+    from .kube.connect import ClusterSource, build_client
 
-    load(args.file)
-    print(f"{args.file}: ok")
+    build_client(ClusterSource("kubeconfig", path))  # ConfigError: one line, exit 2
+    if once:
+        logging.getLogger("agent").info("--once: checks run once; node state is not written to the cluster")
+
+
+def cmd_config_check(args: argparse.Namespace) -> int:
+    """Everything that can be known before binding: the file, the web config
+    and the files it names, bcrypt hashes, that the listen address resolves."""
+    import dataclasses
+
+    from .config import load
+    from .web.listen import check_listen
+    from .web.settings import resolve
+
+    cfg = load(args.file)
+    metrics = cfg.metrics
+    if args.web_config_file:
+        metrics = dataclasses.replace(metrics, web_config_file=args.web_config_file)
+    web = resolve(metrics, cfg.source)
+    check_listen(metrics.listen, cfg.source)
+    print(f"{args.file}: ok" + (f" (web config {web.source}: ok)" if web.from_file else ""))
     return 0
 
 
@@ -185,18 +225,25 @@ def _did_you_mean(word: str, choices: Any) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     from .config import ConfigError
     from .state import StateDirError
+    from .web.listen import ListenError
 
     try:
         # Feature command modules import the parsers: a bad NODE_HEALTH_AGENT_PARSERS
         # surfaces here, before any argument is parsed.
         args = build_parser().parse_args(argv)
         return int(args.func(args))
-    except (ConfigError, StateDirError) as exc:
+    except ConfigError as exc:
         print(f"agent: {exc}", file=sys.stderr)
         return 2
+    except StateDirError as exc:  # 3 for a lock held by an agent that may be stopping
+        print(f"agent: {exc}", file=sys.stderr)
+        return exc.exit_code
     except UsageError as exc:
         print(f"agent {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except ListenError as exc:
+        print(f"agent: {exc}", file=sys.stderr)
+        return exc.exit_code
     except KeyboardInterrupt:
         return 130
 

@@ -146,6 +146,9 @@ class MetricsSection:
     basic_auth_users: Mapping[str, str] = opt(
         MappingProxyType({}), "user = bcrypt hash; when set, /metrics needs HTTP basic auth (/healthz does not)."
     )
+    web_config_file: str = opt(
+        "", "exporter-toolkit web config (YAML, as node_exporter's --web.config.file); replaces tls and basic_auth_users."
+    )
 
 
 @dataclass(frozen=True)

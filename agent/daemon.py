@@ -3,11 +3,15 @@
 Start: config, state dir (locked), checks, scheduler, /metrics, READY=1.
 Loop: the scheduler's, which also pings the systemd watchdog, so a stalled
 loop stops the pings. SIGHUP reloads the config (a bad file keeps the running
-one and logs one error); SIGTERM and SIGINT stop within seconds with code 0.
+one and logs one error), and so does a change of the config or web config
+file on disk (a ConfigMap edit); SIGTERM and SIGINT stop within seconds with
+code 0. The /metrics address is bound right after the state dir is locked, so
+an address that cannot be served ends the start-up before anything else runs.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import signal
 import threading
@@ -19,14 +23,17 @@ from typing import TYPE_CHECKING
 from . import __version__, native
 from .checks import CheckContext, build_sources
 from .config import Config, ConfigError
+from .filewatch import FileWatcher, stamp
 from .findings import Finding, Sample, Severity
-from .metrics import MetricsServer, build_registry
+from .metrics import build_registry
 from .runtime import Overrides, build_checks, host_paths, load_config, node_name, state_dir
 from .scheduler import Scheduler
 from .sdnotify import Notifier
 from .sources import EventSource
 from .state import StateDir
 from .store import Snapshot, Store
+from .web.server import MetricsServer, WebCounters
+from .web.settings import WebSettings, resolve
 
 if TYPE_CHECKING:
     from .kube.actuator import Actuator
@@ -61,6 +68,12 @@ class Daemon:
         self.notifier = Notifier()
         self.stop = threading.Event()
         self.metrics: MetricsServer | None = None
+        self.web: WebSettings = resolve(cfg.metrics, cfg.source)
+        self.watcher: FileWatcher | None = None
+        self._reload_stamp: tuple[tuple[str, object], ...] = ()
+        self.web_counters = WebCounters(
+            lambda samples: self.scheduler.call_soon(lambda: self.store.set_extra("web", samples()))
+        )
         self.sources: list[EventSource] = []
         self.kube: Actuator | None = None
         self.state = StateDir(state_dir(cfg, explicit=bool(overrides.state_dir)))
@@ -82,18 +95,25 @@ class Daemon:
         )
         if self.opts.once:
             return self._once()
+        self._bind_metrics()
         self._start_kube()
         self._start_sources()
         self.store.subscribe(lambda snap: self.notifier.status(summary(snap)))
         self.store.subscribe(lambda snap: self.kube.offer(snap) if self.kube else None)
         if self.kube is not None:
             self.kube.offer(self.store.snapshot())
-        self._start_metrics()
+        # Signals first: the address is bound since start-up, so a client may be
+        # answered (and send SIGHUP) the moment serving starts.
         self._install_signals()
+        self._serve_metrics()
+        self._reload_stamp = stamp(self._watched())
+        self.watcher = FileWatcher(self._watched, lambda: self.scheduler.call_soon(self._files_changed))
+        self.watcher.start()
         self.notifier.ready(summary(self.store.snapshot()))
         try:
             self.scheduler.run(self.stop, on_tick=self.notifier.watchdog)
         finally:
+            self.watcher.stop()
             self.notifier.stopping()
             self._stop_sources()
             self._stop_kube()
@@ -152,10 +172,41 @@ class Daemon:
             self.kube.stop()
             self.kube = None
 
-    def _start_metrics(self) -> None:
-        self.metrics = MetricsServer(self.cfg.metrics, build_registry(self.store), self.store)
+    def _bind_metrics(self) -> None:
+        key = "--listen" if self.overrides.listen else f"{self.cfg.source}: metrics.listen"
+        self.metrics = MetricsServer(
+            self.cfg.metrics, build_registry(self.store), self.store, web=self.web, counters=self.web_counters, key=key
+        )
+
+    def _serve_metrics(self) -> None:
+        assert self.metrics is not None
         self.metrics.start()
-        log.info("serving /metrics on %s", self.cfg.metrics.listen)
+        scheme = "https" if self.metrics.serving.tls else "http"
+        log.info("serving /metrics on %s (%s, web config from %s)", self.cfg.metrics.listen, scheme, self.web.source)
+
+    def _watched(self) -> tuple[str, ...]:
+        """The files whose change on disk reloads the config."""
+        files = (self.overrides.config_path, self.cfg.metrics.web_config_file)
+        return tuple(f for f in files if f)
+
+    def _restart_metrics(self, old: Config, old_web: WebSettings) -> None:
+        """New settings for /metrics: the old server goes first (the address may be the same)."""
+        from .web.listen import ListenError
+
+        if self.metrics:
+            self.metrics.stop()
+        try:
+            self._bind_metrics()
+        except ListenError as exc:
+            log.error("%s; serving the previous /metrics address and web config", exc)
+            self.cfg, self.web = dataclasses.replace(self.cfg, metrics=old.metrics), old_web
+            try:
+                self._bind_metrics()
+            except (ListenError, ConfigError) as again:
+                log.error("%s; /metrics is not served until the next good reload", again)
+                self.metrics = None
+                return
+        self._serve_metrics()
 
     def _install_signals(self) -> None:
         def stop(signum: int, _frame: FrameType | None) -> None:
@@ -181,18 +232,26 @@ class Daemon:
         samples.append(Sample("node_health_config_last_reload_successful", 1.0 if self._last_reload_ok else 0.0))
         self.store.set_extra("config", samples)
 
+    def _files_changed(self) -> None:
+        """The watcher saw a change; a SIGHUP may have reloaded these very files already."""
+        if stamp(self._watched()) != self._reload_stamp:
+            self.reload()
+
     def reload(self) -> None:
         """Runs on the loop thread. A bad config keeps the running one."""
+        self._reload_stamp = stamp(self._watched())
         self.notifier.reloading()
         log.info("reloading the configuration")
         try:
             new = load_config(self.overrides)
+            new_web = resolve(new.metrics, new.source)
         except ConfigError as exc:
             log.error("reload failed, keeping the running config: %s", exc)
             self._reload_result(ok=False)
             self.notifier.ready(summary(self.store.snapshot()))
             return
         old, self.cfg = self.cfg, new
+        old_web, self.web = self.web, new_web
         logging.getLogger().setLevel(new.agent.log_level.upper())
         self.scheduler.configure(build_checks(new, self.state.path, dry_run=self.opts.dry_run))
         # Event sources are restarted only when what they are built from changed:
@@ -208,10 +267,8 @@ class Daemon:
                 log.error("kubernetes: %s; node state is not synced until the next good reload", exc)
         if restart:
             self._start_sources()
-        if new.metrics != old.metrics:
-            if self.metrics:
-                self.metrics.stop()
-            self._start_metrics()
+        if new.metrics != old.metrics or new_web != old_web:
+            self._restart_metrics(old, old_web)
         self._reload_result(ok=True)
         log.info("configuration reloaded from %s", new.source)
         self.notifier.ready(summary(self.store.snapshot()))

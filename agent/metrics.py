@@ -1,34 +1,25 @@
-"""/metrics and /healthz.
+"""What /metrics renders.
 
 A prometheus-client custom collector renders the store's latest snapshot: a
 scrape never runs or waits on a check. Every finding the checks know of is
 exported at 0 from start, so "no problem" differs from "not reporting". The
-HTTP server is the standard library's, with optional TLS and basic auth in the
-style of Prometheus exporters' web config.
+HTTP server is in `agent.web`.
 """
 
 from __future__ import annotations
 
-import base64
-import gzip
-import hashlib
 import logging
 import platform
-import socket
-import ssl
 import threading
-import time
 from collections.abc import Iterable, Iterator, Mapping
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from prometheus_client.core import CollectorRegistry, CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.exposition import choose_encoder, generate_latest
+from prometheus_client.exposition import generate_latest
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.utils import floatToGoString
 
 from . import __version__, catalog, native
-from .config import MetricsSection, split_host_port
 from .findings import Labels, Sample
 from .store import Snapshot, Store
 
@@ -257,142 +248,3 @@ def _go_float(value: float) -> str:
     if text[-1] in "fn":  # inf, -inf, nan
         return floatToGoString(v)  # type: ignore[no-untyped-call,no-any-return]
     return text
-
-
-# ---------------------------------------------------------------- HTTP
-
-
-class _Auth:
-    """Basic auth against bcrypt hashes; a verified (user, password) is cached
-    by its SHA-256 so a scrape every 15 s does not pay bcrypt's cost each time."""
-
-    def __init__(self, users: Mapping[str, str]) -> None:
-        self._users = dict(users)
-        self._ok: set[bytes] = set()
-        self._lock = threading.Lock()
-
-    @property
-    def enabled(self) -> bool:
-        return bool(self._users)
-
-    def check(self, header: str | None) -> bool:
-        if not header or not header.startswith("Basic "):
-            return False
-        try:
-            user, _, password = base64.b64decode(header[6:], validate=True).decode().partition(":")
-        except (ValueError, UnicodeDecodeError):
-            return False
-        hashed = self._users.get(user)
-        if hashed is None:
-            return False
-        token = hashlib.sha256(f"{user}\0{password}\0{hashed}".encode()).digest()
-        with self._lock:
-            if token in self._ok:
-                return True
-        import bcrypt
-
-        if not bcrypt.checkpw(password.encode(), hashed.encode()):
-            return False
-        with self._lock:
-            self._ok.add(token)
-        return True
-
-
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    request_queue_size = 64
-
-    def __init__(self, addr: tuple[str, int], handler: type, family: int, tls: ssl.SSLContext | None) -> None:
-        self.address_family = family
-        self.tls = tls
-        super().__init__(addr, handler)
-
-    def finish_request(self, request: Any, client_address: Any) -> None:
-        request.settimeout(10)  # a slow or stuck client cannot hold a thread forever
-        if self.tls is not None:
-            try:
-                request = self.tls.wrap_socket(request, server_side=True)  # handshake here, not in accept
-            except (ssl.SSLError, OSError) as exc:
-                log.debug("TLS handshake with %s failed: %s", client_address, exc)
-                return
-        super().finish_request(request, client_address)
-
-
-def _tls_context(cfg: MetricsSection) -> ssl.SSLContext | None:
-    tls = cfg.tls
-    if not tls.cert_file:
-        return None
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    ctx.minimum_version = ssl.TLSVersion.TLSv1_3 if tls.min_version == "TLS13" else ssl.TLSVersion.TLSv1_2
-    ctx.load_cert_chain(tls.cert_file, tls.key_file or None)
-    if tls.client_ca_file:
-        ctx.load_verify_locations(tls.client_ca_file)
-        ctx.verify_mode = ssl.CERT_REQUIRED
-    return ctx
-
-
-class MetricsServer:
-    """Serves /metrics, /healthz and / in a daemon thread."""
-
-    def __init__(
-        self, cfg: MetricsSection, registry: CollectorRegistry, store: Store, *, stall_after: float = 30.0
-    ) -> None:
-        host, port = split_host_port(cfg.listen)
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        auth = _Auth(cfg.basic_auth_users)
-        self._stall_after = stall_after
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            server_version = f"node-health-agent/{__version__}"
-
-            def log_message(self, format: str, *args: Any) -> None:
-                log.debug("http %s " + format, self.client_address[0], *args)
-
-            def do_GET(self) -> None:
-                path = self.path.split("?", 1)[0]
-                if path == "/healthz":
-                    code, body = outer.health(store)
-                    return self._send(code, body.encode(), "text/plain; charset=utf-8")
-                if path == "/metrics":
-                    if auth.enabled and not auth.check(self.headers.get("Authorization")):
-                        return self._send(401, b"Unauthorized\n", "text/plain", {"WWW-Authenticate": 'Basic realm="node-health-agent"'})
-                    encoder, ctype = choose_encoder(self.headers.get("Accept", ""))
-                    if encoder is generate_latest and isinstance(registry, AgentRegistry):
-                        payload = registry.text()
-                    else:
-                        payload = encoder(registry)
-                    headers = {}
-                    if "gzip" in self.headers.get("Accept-Encoding", ""):
-                        payload = gzip.compress(payload, compresslevel=1)
-                        headers["Content-Encoding"] = "gzip"
-                    return self._send(200, payload, ctype, headers)
-                if path == "/":
-                    return self._send(200, b"node-health-agent: /metrics /healthz\n", "text/plain")
-                self._send(404, b"not found\n", "text/plain")
-
-            def _send(self, code: int, body: bytes, ctype: str, headers: Mapping[str, str] | None = None) -> None:
-                self.send_response(code)
-                self.send_header("Content-Type", ctype)
-                self.send_header("Content-Length", str(len(body)))
-                for k, v in (headers or {}).items():
-                    self.send_header(k, v)
-                self.end_headers()
-                self.wfile.write(body)
-
-        self._httpd = _Server((host, port), Handler, family, _tls_context(cfg))
-        self.address = self._httpd.server_address
-        self._thread = threading.Thread(target=self._httpd.serve_forever, name="metrics-http", daemon=True)
-
-    def health(self, store: Store) -> tuple[int, str]:
-        age = time.time() - store.snapshot().last_tick
-        if age > self._stall_after:
-            return 503, f"scheduler stalled for {age:.0f}s\n"
-        return 200, "ok\n"
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._httpd.shutdown()
-        self._httpd.server_close()

@@ -24,6 +24,7 @@ class Overrides:
 
     config_path: str | None = None
     listen: str | None = None
+    web_config_file: str | None = None
     state_dir: str | None = None
     procfs: str | None = None
     sysfs: str | None = None
@@ -53,6 +54,8 @@ def load_config(ov: Overrides) -> Config:
         if problem:
             raise ConfigError("--listen", None, problem)
         metrics = dataclasses.replace(metrics, listen=ov.listen)
+    if ov.web_config_file:
+        metrics = dataclasses.replace(metrics, web_config_file=ov.web_config_file)
     return dataclasses.replace(cfg, agent=agent, paths=paths, metrics=metrics)
 
 

@@ -21,7 +21,13 @@ log = logging.getLogger(__name__)
 
 
 class StateDirError(Exception):
-    pass
+    exit_code = 2  # the state dir must be mended: a restart cannot help
+
+
+class StateDirLocked(StateDirError):
+    """Another agent holds the lock; it may be stopping, so trying again can help."""
+
+    exit_code = 3
 
 
 class StateDir:
@@ -44,7 +50,7 @@ class StateDir:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
-            raise StateDirError(f"state dir {self.path}: another agent holds its lock") from None
+            raise StateDirLocked(f"state dir {self.path}: another agent holds its lock") from None
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n".encode())
         self._lock_fd = fd

@@ -77,11 +77,13 @@ class Agent:
         notify: NotifySocket | None = None,
         wrap: Sequence[str] = (),
         scheme: str = "http",
+        config_path: Path | None = None,
     ) -> None:
         self.port = free_port()
         self.base = f"{scheme}://127.0.0.1:{self.port}"
-        self.config_path = tmp / "agent.toml"
-        self.write_config(config or "")
+        self.config_path = config_path or tmp / "agent.toml"
+        if config_path is None:  # else the test wrote it (a ConfigMap's symlinks, say)
+            self.write_config(config or "")
         self.log_path = tmp / f"agent-{self.port}.log"
         cmd = [*wrap, sys.executable, "-m", "agent", "run", "--listen", f"127.0.0.1:{self.port}",
                "--state-dir", str(tmp / "state"), "--log-format", "json", *args]

@@ -20,7 +20,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from agent import catalog
 from agent.config import CheckConfig, MetricsSection, TLSSection
 from agent.findings import Finding, Observation, ObservationBuilder, Sample, Severity
-from agent.metrics import AgentCollector, MetricsServer, RenderDrops, TextRenderer, build_registry, collect_series
+from agent.metrics import AgentCollector, RenderDrops, TextRenderer, build_registry, collect_series
+from agent.web.server import MetricsServer
 from agent.scheduler import Scheduler
 from agent.store import Store
 

@@ -89,7 +89,7 @@ def test_second_agent_on_the_same_state_dir_is_refused(tmp_path: Path) -> None:
     try:
         first.wait_ready()
         second = Agent(tmp_path, BASE)
-        assert second.proc.wait(30) == 2
+        assert second.proc.wait(30) == 3  # not 2: the first may be stopping, so systemd retries
         second.stop()
         assert "another agent holds its lock" in second.logs()
     finally:

@@ -32,7 +32,7 @@ MASKED = re.compile(
     r"^(node_health_(start_time_seconds|scheduler_last_tick_timestamp_seconds"
     r"|check_(duration_seconds|last_run_timestamp_seconds|runs_total)"
     r"|disk_(size|free|available)_bytes|disk_files(_free)?|disk_probe_duration_seconds"
-    r"|kmsg_records_read_total|\w+_timestamp_seconds)\b)"
+    r"|kmsg_records_read_total|http_requests_total|\w+_timestamp_seconds)\b)"
 )
 
 

@@ -18,7 +18,8 @@ from prometheus_client.exposition import generate_latest
 
 from agent.config import MetricsSection, TLSSection
 from agent.findings import Finding, Severity
-from agent.metrics import MetricsServer, build_registry
+from agent.metrics import build_registry
+from agent.web.server import MetricsServer
 from agent.scheduler import Scheduler
 from agent.store import Store
 

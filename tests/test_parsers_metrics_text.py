@@ -26,7 +26,8 @@ from agent import catalog
 from agent.catalog import MetricSpec, Reason
 from agent.config import MetricsSection
 from agent.findings import Finding, Observation, Sample, Severity
-from agent.metrics import AgentCollector, MetricsServer, build_registry, render_families
+from agent.metrics import AgentCollector, build_registry, render_families
+from agent.web.server import MetricsServer
 from agent.store import Store
 
 METRICS = (

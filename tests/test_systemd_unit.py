@@ -24,6 +24,7 @@ def test_unit_has_the_contract_the_daemon_implements() -> None:
     svc = _service()
     assert svc["Type"] == "notify" and svc["NotifyAccess"] == "main"
     assert svc["WatchdogSec"] and svc["Restart"] == "on-failure"
+    assert svc["RestartPreventExitStatus"] == "2", "a bad config (exit 2) is not restarted in a loop"
     assert "--config /etc/node-health-agent/agent.toml" in svc["ExecStart"]
     assert "kill -HUP" in svc["ExecReload"]
     caps = svc["CapabilityBoundingSet"].split()

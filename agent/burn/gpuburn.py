@@ -85,8 +85,10 @@ class Burn:
         r.digest, r.gemm_flops = f"{ref:016x}", 2.0 * n**3 * iterations / elapsed
 
     def _gemm_loop(self, n: int, a: int, b: int, c: int, counters: int, deadline: float) -> int:
+        # At least one iteration is compared with the first one, however short
+        # the time or slow the machine: a burn that compared nothing tested nothing.
         done, batch = 0, 1
-        while time.monotonic() < deadline:
+        while done == 0 or time.monotonic() < deadline:
             t = time.monotonic()
             for _ in range(batch):
                 self.blas.gemm_bf16(n, a, b, c)
