@@ -120,6 +120,12 @@ CORE_METRICS: tuple[MetricSpec, ...] = (
     MetricSpec(
         "node_health_config_last_reload_successful", "gauge", "1 if the last configuration reload succeeded."
     ),
+    MetricSpec(
+        "node_health_state_file_rejected_total",
+        "counter",
+        "State files found damaged (empty, cut short, not JSON, of another shape) and set aside as <file>.bad-<time>.",
+        ("file",),
+    ),
 )
 
 

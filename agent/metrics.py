@@ -19,7 +19,7 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.utils import floatToGoString
 
-from . import __version__, catalog, native
+from . import __version__, catalog, native, state
 from .findings import Labels, Sample
 from .store import Snapshot, Store
 
@@ -104,6 +104,8 @@ def collect_series(snap: Snapshot, drops: RenderDrops | None = None) -> Series:
         add("node_health_native_fallback_total", (("parser", parser),), count)
     add("node_health_start_time_seconds", (), snap.started)
     add("node_health_scheduler_last_tick_timestamp_seconds", (), snap.last_tick)
+    for name, n in state.rejected().items():
+        add("node_health_state_file_rejected_total", (("file", name),), n)
     dropped = fams["node_health_render_dropped_total"] = []  # its value once this render's drops are known
     for name, st in snap.checks.items():
         lab = (("check", name),)

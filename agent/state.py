@@ -4,6 +4,15 @@ Writes go to a temporary file in the same directory, are fsynced, renamed
 over the old file and the directory is fsynced, so a crash leaves either the
 old or the new content, never a torn file. A lock file keeps two agents from
 sharing one state directory.
+
+Every file is read back through one loader, `StateDir.load`, with the
+`StateFile` that declares its shape. A file that is empty, cut short, not
+UTF-8 JSON, or JSON of another shape (a list where an object is expected, a
+field of the wrong type) is damaged: it is set aside as
+``<name>.bad-<UTC time>`` (renamed, not deleted, so it can be inspected; the
+newest `KEEP_BAD` per file are kept), named in one log line, counted in
+``node_health_state_file_rejected_total{file}``, and that part of the state
+starts fresh. A damaged file can never crash the agent.
 """
 
 from __future__ import annotations
@@ -13,11 +22,18 @@ import json
 import logging
 import os
 import tempfile
-from typing import Any
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
 
 from .hostpaths import HostPaths, read_text
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+KEEP_BAD = 5  # set-aside copies kept per state file: a bug that writes bad files cannot fill the disk
 
 
 class StateDirError(Exception):
@@ -81,16 +97,137 @@ class StateDir:
         finally:
             os.close(dfd)
 
-    def read_json(self, name: str) -> Any | None:
-        """The stored value, or None when absent; a corrupt file is logged and treated as absent."""
+    def load(self, spec: StateFile[T]) -> T | None:
+        """The stored value as `spec` reads it, or None when the file is absent,
+        unreadable (EACCES, EIO: left where it is) or damaged (set aside)."""
+        path = self.file(spec.name)
         try:
-            with open(self.file(name), "rb") as fh:
-                return json.load(fh)
+            with open(path, "rb") as fh:
+                data = fh.read()
         except FileNotFoundError:
             return None
-        except (OSError, ValueError) as exc:
-            log.error("state file %s is unreadable, ignoring it: %s", self.file(name), exc)
+        except OSError as exc:
+            log.error("state file %s is unreadable, ignoring it: %s", path, exc.strerror or exc)
             return None
+        try:
+            if not data.strip():
+                raise Damaged("empty")
+            return spec.parse(json.loads(data))
+        except (Damaged, TypeError, ValueError, KeyError) as exc:  # UnicodeDecodeError, JSONDecodeError: ValueError
+            self._set_aside(spec.name, f"{type(exc).__name__}: {exc}")
+            return None
+
+    def _set_aside(self, name: str, why: str) -> None:
+        path = self.file(name)
+        us = time.time_ns() // 1000
+        while True:  # UTC time to the microsecond: names sort by age
+            bad = f"{path}.bad-{time.strftime('%Y%m%dT%H%M%S', time.gmtime(us // 1_000_000))}.{us % 1_000_000:06d}Z"
+            if not os.path.lexists(bad):
+                break
+            us += 1
+        try:
+            os.rename(path, bad)
+            where = f"set aside as {bad}"
+        except OSError as exc:
+            where = f"cannot set it aside ({exc.strerror or exc})"
+        _count_rejected(name)
+        log.error("state file %s is damaged (%s): %s; that part of the state starts fresh", path, why[:200], where)
+        self._prune_bad(name)
+
+    def _prune_bad(self, name: str) -> None:
+        try:
+            old = sorted(e for e in os.listdir(self.path) if e.startswith(f"{name}.bad-"))
+        except OSError:
+            return
+        for entry in old[:-KEEP_BAD]:
+            try:
+                os.unlink(os.path.join(self.path, entry))
+            except OSError:
+                pass
+
+
+class Damaged(ValueError):
+    """A state file's content is not of the shape its `StateFile` expects."""
+
+
+_known: set[str] = set()
+_rejected: dict[str, int] = {}
+_rejected_lock = threading.Lock()
+
+
+@dataclass(frozen=True)
+class StateFile(Generic[T]):
+    """One file of the state dir: its name and the function that turns its JSON
+    into the value the agent uses. `parse` raises `Damaged` (or TypeError,
+    ValueError, KeyError) for content of another shape; the shape helpers below
+    say what was expected where."""
+
+    name: str
+    parse: Callable[[Any], T]
+
+    def __post_init__(self) -> None:
+        with _rejected_lock:
+            _known.add(self.name)
+
+
+def _count_rejected(name: str) -> None:
+    with _rejected_lock:
+        _rejected[name] = _rejected.get(name, 0) + 1
+
+
+def rejected() -> dict[str, int]:
+    """State files set aside since start, per file name; 0 for every declared file."""
+    with _rejected_lock:
+        return {name: _rejected.get(name, 0) for name in sorted(_known | set(_rejected))}
+
+
+# ---------------------------------------------------------------- shape helpers
+
+
+def _kind(value: Any) -> str:
+    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean", type(None): "null"}.get(
+        type(value), "a number" if isinstance(value, (int, float)) else type(value).__name__
+    )
+
+
+def obj(value: Any, where: str = "the file") -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise Damaged(f"{where}: expected an object, got {_kind(value)}")
+    return value
+
+
+def seq(value: Any, where: str) -> list[Any]:
+    if not isinstance(value, list):
+        raise Damaged(f"{where}: expected a list, got {_kind(value)}")
+    return value
+
+
+def text(value: Any, where: str) -> str:
+    if not isinstance(value, str):
+        raise Damaged(f"{where}: expected a string, got {_kind(value)}")
+    return value
+
+
+def integer(value: Any, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise Damaged(f"{where}: expected an integer, got {_kind(value)}")
+    return value
+
+
+def number(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise Damaged(f"{where}: expected a number, got {_kind(value)}")
+    return float(value)
+
+
+def flag(value: Any, where: str) -> bool:
+    if not isinstance(value, bool):
+        raise Damaged(f"{where}: expected true or false, got {_kind(value)}")
+    return value
+
+
+def texts(value: Any, where: str) -> list[str]:
+    return [text(v, f"{where}[{i}]") for i, v in enumerate(seq(value, where))]
 
 
 def boot_id(paths: HostPaths) -> str:

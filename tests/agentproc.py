@@ -139,10 +139,13 @@ class Agent:
         return self.log_path.read_text(errors="replace")
 
     def agent_pid(self) -> int:
-        """The agent's own pid: below a wrapper such as `nsenter --pid`, which forks."""
+        """The agent's own pid: below a wrapper such as `nsenter --pid`, which forks
+        (and above its own children, such as the probe worker)."""
         pid = self.proc.pid
         while True:
             try:
+                if Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[1:3] == [b"-m", b"agent"]:
+                    return pid
                 children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
             except OSError:
                 return pid

@@ -15,7 +15,7 @@ from agentproc import wait_for
 from burnfakes import FakeBackend, FakeInventory, FakeWatch, good, gpus
 
 from agent.burn.model import BurnPlan, Fault, GpuOutcome, Problem
-from agent.burn.preflight import STATE_FILE, Options, PreflightSource
+from agent.burn.preflight import BURN_FILE, STATE_FILE, Options, PreflightSource
 from agent.burn.runner import Runner, Settings
 from agent.findings import Finding, Sample, Severity
 from agent.hostpaths import HostPaths
@@ -178,7 +178,8 @@ def test_stop_during_the_burn_returns_promptly_and_leaves_no_result(host: Host) 
     src.stop()
     assert not src._thread.is_alive()
     assert all(j.killed for j in host.backend.jobs)
-    assert (host.state.read_json(STATE_FILE) or {}).get("preflight") is None
+    saved = host.state.load(BURN_FILE)
+    assert saved is None or saved.preflight is None
 
 
 def test_corrupt_state_file_burns_again(host: Host) -> None:

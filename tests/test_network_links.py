@@ -194,10 +194,13 @@ def test_memory_of_another_boot_is_ignored(tmp_path: Path) -> None:
 
 
 def test_corrupt_memory_is_ignored(tmp_path: Path) -> None:
-    (tmp_path / REMEMBERED).write_text('{"boot_id": "b", "interfaces": ["ok0", "bad/name", 3]}')
-    assert _remembered(str(tmp_path), "b") == {"ok0"}
+    (tmp_path / REMEMBERED).write_text('{"boot_id": "b", "interfaces": ["ok0", "bad/name"]}')
+    assert _remembered(str(tmp_path), "b") == {"ok0"}, "a name that cannot be an interface is left out"
+    (tmp_path / REMEMBERED).write_text('{"boot_id": "b", "interfaces": ["ok0", 3]}')
+    assert _remembered(str(tmp_path), "b") == set(), "another shape: set aside, started afresh"
     (tmp_path / REMEMBERED).write_text("{not json")
     assert _remembered(str(tmp_path), "b") == set()
+    assert len([p for p in tmp_path.iterdir() if p.name.startswith(f"{REMEMBERED}.bad-")]) == 2
 
 
 def test_missing_interface_on_this_host_unprivileged(tmp_path: Path) -> None:

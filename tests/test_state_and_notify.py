@@ -10,7 +10,9 @@ import pytest
 
 from agent.hostpaths import HostPaths
 from agent.sdnotify import Notifier
-from agent.state import StateDir, StateDirError, boot_id
+from agent.state import StateDir, StateDirError, StateFile, boot_id, obj
+
+ANY_OBJECT = StateFile("findings.json", obj)
 
 
 def test_atomic_write_leaves_no_temporary_files(tmp_path) -> None:
@@ -18,17 +20,18 @@ def test_atomic_write_leaves_no_temporary_files(tmp_path) -> None:
     sd.ensure()
     for i in range(20):
         sd.write_json("findings.json", {"n": i})
-    assert sd.read_json("findings.json") == {"n": 19}
+    assert sd.load(ANY_OBJECT) == {"n": 19}
     assert sorted(os.listdir(sd.path)) == ["findings.json"]
     assert oct(os.stat(sd.path).st_mode & 0o777) == "0o700"
 
 
-def test_corrupt_file_reads_as_absent(tmp_path, caplog) -> None:
+def test_corrupt_file_reads_as_absent_and_is_set_aside(tmp_path, caplog) -> None:
     sd = StateDir(str(tmp_path))
-    (tmp_path / "x.json").write_bytes(b"{not json")
-    assert sd.read_json("x.json") is None
-    assert sd.read_json("missing.json") is None
-    assert "unreadable" in caplog.text
+    (tmp_path / "findings.json").write_bytes(b"{not json")
+    assert sd.load(ANY_OBJECT) is None
+    assert [p.name.startswith("findings.json.bad-") for p in tmp_path.iterdir()] == [True]
+    assert sd.load(ANY_OBJECT) is None  # absent now
+    assert "damaged" in caplog.text
 
 
 def test_lock_is_exclusive(tmp_path) -> None:

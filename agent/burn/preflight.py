@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..sources import Emit
-from ..state import StateDir
+from ..state import Damaged, StateDir, StateFile, integer, number, obj, seq, text
 from .model import BurnReport
 from .orchestrator import Cancelled
 from .publish import findings, pending, samples, state_of
@@ -45,18 +45,10 @@ class BurnState:
 
     @staticmethod
     def load(state: StateDir, boot_id: str) -> BurnState:
-        raw = state.read_json(STATE_FILE)
-        if not isinstance(raw, dict) or raw.get("boot_id") != boot_id or not boot_id:
+        saved = state.load(BURN_FILE)
+        if saved is None or saved.boot_id != boot_id or not boot_id:
             return BurnState(boot_id)
-        try:
-            return BurnState(
-                boot_id,
-                BurnReport.from_dict(raw["preflight"]) if raw.get("preflight") else None,
-                BurnReport.from_dict(raw["retest"]) if raw.get("retest") else None,
-            )
-        except (KeyError, TypeError, ValueError) as exc:
-            log.error("%s is unreadable, burning again: %s", state.file(STATE_FILE), exc)
-            return BurnState(boot_id)
+        return saved
 
     def save(self, state: StateDir) -> None:
         state.write_json(
@@ -67,6 +59,32 @@ class BurnState:
                 "retest": self.retest.as_dict() if self.retest else None,
             },
         )
+
+
+def _report(raw: Any, where: str) -> BurnReport | None:
+    if raw is None:
+        return None
+    d = obj(raw, where)
+    text(d["backend"], f"{where}.backend")
+    number(d["started"], f"{where}.started")
+    number(d["finished"], f"{where}.finished")
+    for i, g in enumerate(seq(d.get("gpus", []), f"{where}.gpus")):
+        g = obj(g, f"{where}.gpus[{i}]")
+        integer(g["index"], f"{where}.gpus[{i}].index")
+        if g["status"] not in ("pass", "fail", "unknown"):
+            raise Damaged(f"{where}.gpus[{i}].status: expected pass, fail or unknown, got {g['status']!r}")
+        for j, p in enumerate(seq(g.get("problems", []), f"{where}.gpus[{i}].problems")):
+            obj(p, f"{where}.gpus[{i}].problems[{j}]")
+        obj(g.get("telemetry", {}), f"{where}.gpus[{i}].telemetry")
+    return BurnReport.from_dict(d)
+
+
+def _parse(raw: Any) -> BurnState:
+    d = obj(raw)
+    return BurnState(text(d["boot_id"], "boot_id"), _report(d.get("preflight"), "preflight"), _report(d.get("retest"), "retest"))
+
+
+BURN_FILE = StateFile(STATE_FILE, _parse)
 
 
 @dataclass

@@ -2,10 +2,12 @@
 state dir) is mounted, writable, not read-only, has free space and inodes, and
 shows no I/O error signs; a dead network mount cannot hang it.
 
-statfs and the write probe run through `agent.probe.Prober` with a per-path
-`probe_timeout`: a path whose probe hangs is reported (DiskProbeHung) and not
-probed again until that call returns, while the other paths are reported in
-the same run. See docs/disk.md.
+statfs and the write probe run in the agent's probe worker process
+(`agent.probeproc.IsolatedProber`) with a per-path `probe_timeout`: a path
+whose probe hangs is reported (DiskProbeHung) and not probed again until that
+call returns, while the other paths are reported in the same run; a probe
+stuck in the kernel can neither keep the agent alive after SIGTERM nor hold
+its state-dir lock. See docs/disk.md.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from ..config import CheckConfig, opt
 from ..findings import Observation, ObservationBuilder, Severity
 from ..hostpaths import read_bounded
 from ..native import DiskStats, parse_diskstats
-from ..probe import Prober, ProbeResult
+from ..probe import ProbeResult
+from ..probeproc import IsolatedProber
 from . import CheckContext, CheckSpec
 from .disk_devices import DeviceSigns, DeviceTracker
 from .disk_mounts import MountTable, mount_at, read_host_mounts
@@ -115,7 +118,7 @@ class DiskConfig(CheckConfig):
 
 # One prober for every DiskCheck: a config reload builds a new check, but a
 # statfs that hung in the old one is still hung and must not be started twice.
-PROBER = Prober("disk")
+PROBER = IsolatedProber("disk")
 
 
 class DiskCheck:

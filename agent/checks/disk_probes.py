@@ -1,8 +1,11 @@
 """What the disk check asks of a filesystem itself: statvfs and a write probe.
 
-Both can block forever on a dead network mount; the check runs them through
-`agent.probe.Prober`, never on its own thread. Everything here that does not
-touch a filesystem is a pure function of a `statvfs_result`.
+All of them can block forever on a dead network mount; the check runs them
+through `agent.probeproc.IsolatedProber`, in a worker process, never in the
+agent's own (a thread stuck there would keep the agent from exiting and hold
+its lock). So this module imports nothing but the standard library: the worker
+imports it to run `probe` and `nearest_existing`. Everything here that does
+not touch a filesystem is a pure function of a `statvfs_result`.
 """
 
 from __future__ import annotations
@@ -50,6 +53,14 @@ def probe(local: str, write: bool, expected: tuple[int, int] | None) -> ProbeOut
         except OSError as exc:
             error = exc
     return ProbeOutcome(st, wrote, error, time.monotonic() - t0, seen)
+
+
+def nearest_existing(path: str) -> str:
+    """The state dir, or its nearest existing ancestor before the agent creates it."""
+    p = os.path.abspath(path)
+    while not os.path.exists(p) and p != "/":
+        p = os.path.dirname(p)
+    return os.path.realpath(p)
 
 
 def probe_name(directory: str) -> str:

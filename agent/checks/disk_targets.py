@@ -9,7 +9,6 @@ out when a configured path already covers that filesystem.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING
@@ -17,8 +16,9 @@ from typing import TYPE_CHECKING
 from ..findings import ObservationBuilder
 from ..hostpaths import HostPaths
 from ..native import MountInfo
-from ..probe import Prober
+from ..probeproc import IsolatedProber
 from .disk_mounts import MountTable, by_device, containing, read_only, read_own_mounts
+from .disk_probes import nearest_existing
 
 if TYPE_CHECKING:
     from .disk import DiskConfig
@@ -47,20 +47,12 @@ class Target:
         return (self.mount.major, self.mount.minor)
 
 
-def nearest_existing(path: str) -> str:
-    """The state dir, or its nearest existing ancestor before the agent creates it."""
-    p = os.path.abspath(path)
-    while not os.path.exists(p) and p != "/":
-        p = os.path.dirname(p)
-    return os.path.realpath(p)
-
-
 def locate_state_fs(
     state_dir: str,
     table: MountTable,
     targets: list[Target],
     paths: HostPaths,
-    prober: Prober,
+    prober: IsolatedProber,
     timeout: float,
     b: ObservationBuilder | None,
 ) -> Target | None:

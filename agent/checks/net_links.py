@@ -17,7 +17,7 @@ from types import TracebackType
 from typing import Any, Self
 
 from ..hostpaths import HostPaths, read_text
-from ..state import StateDir, boot_id
+from ..state import StateDir, StateFile, boot_id, obj, text, texts
 
 log = logging.getLogger(__name__)
 
@@ -168,16 +168,21 @@ def discover(paths: HostPaths, state_dir: str) -> tuple[str, ...]:
     return chosen
 
 
+def _parse_remembered(raw: Any) -> tuple[str, set[str]]:
+    d = obj(raw)
+    return text(d["boot_id"], "boot_id"), set(texts(d["interfaces"], "interfaces"))
+
+
+REMEMBERED_FILE = StateFile(REMEMBERED, _parse_remembered)
+
+
 def _remembered(state_dir: str, boot: str) -> set[str]:
     if not boot or not os.path.isdir(state_dir):
         return set()
-    data = StateDir(state_dir).read_json(REMEMBERED)
-    if not isinstance(data, dict) or data.get("boot_id") != boot:
+    data = StateDir(state_dir).load(REMEMBERED_FILE)
+    if data is None or data[0] != boot:
         return set()
-    names = data.get("interfaces")
-    if not isinstance(names, list):
-        return set()
-    return {n for n in names if isinstance(n, str) and interface_name(n) is None}
+    return {n for n in data[1] if interface_name(n) is None}
 
 
 def _remember(state_dir: str, boot: str, names: Iterable[str]) -> None:

@@ -20,7 +20,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from ..findings import ObservationBuilder
-from ..state import boot_id
+from ..state import StateFile, boot_id, integer, number, obj, seq, text, texts
 from . import nvml
 from .judge import Limits, judge
 from .pci import bus_gpus, nvml_candidates
@@ -35,14 +35,46 @@ POLL_STATE = "gpu-poll.json"
 INVENTORY = "gpu-inventory.json"
 
 
+def _gpu_memory(raw: Any, where: str) -> dict[str, Any]:
+    """What `judge` keeps of one GPU between runs."""
+    d = obj(raw, where)
+    for key in ("t", "unc_agg_base"):
+        if key in d:
+            number(d[key], f"{where}.{key}")
+    if d.get("cor") is not None:
+        number(d["cor"], f"{where}.cor")
+    for i, link in enumerate(seq(d.get("links_up", []), f"{where}.links_up")):
+        integer(link, f"{where}.links_up[{i}]")
+    for link, counters in obj(d.get("nvlink", {}), f"{where}.nvlink").items():
+        for name, v in obj(counters, f"{where}.nvlink.{link}").items():
+            integer(v, f"{where}.nvlink.{link}.{name}")
+    return d
+
+
+def _parse_poll(raw: Any) -> dict[str, Any]:
+    d = obj(raw)
+    gpus = {k: _gpu_memory(v, f"gpus.{k}") for k, v in obj(d["gpus"], "gpus").items()}
+    return {"boot": text(d["boot"], "boot"), "gpus": gpus, "seen": texts(d["seen"], "seen")}
+
+
+def _parse_inventory(raw: Any) -> dict[str, Any]:
+    d = obj(raw)
+    index = {k: integer(v, f"index.{k}") for k, v in obj(d["index"], "index").items()}
+    return {"boot": text(d["boot"], "boot"), "index": index}
+
+
+POLL_FILE = StateFile(POLL_STATE, _parse_poll)
+INVENTORY_FILE = StateFile(INVENTORY, _parse_inventory)
+
+
 def poll(check: GpuCheck, b: ObservationBuilder, now: float) -> dict[str, int]:
     """Polls every GPU; returns PCI address → NVML index of those that answered."""
     ctx, cfg = check.ctx, check.cfg
     bus = bus_gpus(ctx.paths)
     candidates = nvml_candidates(bus)
     boot = boot_id(ctx.paths)
-    state = check.state.read_json(POLL_STATE) or {}
-    if state.get("boot") != boot:
+    state = check.state.load(POLL_FILE)
+    if state is None or state["boot"] != boot:
         state = {"boot": boot, "gpus": {}, "seen": []}
     nv, why = _init(check)
     if nv is None:
@@ -137,8 +169,8 @@ def _save(check: GpuCheck, state: dict[str, Any], seen: dict[str, int]) -> None:
     try:
         check.state.write_json(POLL_STATE, state)
         if seen:
-            old = check.state.read_json(INVENTORY) or {}
-            index = old.get("index", {}) if old.get("boot") == state["boot"] else {}
+            old = check.state.load(INVENTORY_FILE)
+            index = old["index"] if old is not None and old["boot"] == state["boot"] else {}
             if {**index, **seen} != index:
                 check.state.write_json(INVENTORY, {"boot": state["boot"], "index": {**index, **seen}})
     except OSError as exc:  # selftest as a user without the state dir: deltas start afresh next time

@@ -20,17 +20,18 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .. import catalog, native
 from ..findings import Finding, ObservationBuilder, Sample
 from ..parsers.xid import KIND_SXID
 from ..sources import Emit
-from ..state import StateDir, boot_id
+from ..state import StateDir, StateFile, boot_id, obj, text
 from .kmsg import BATCH, KERNEL, Kmsg, KmsgError, Record, facility_name
 from .nvmlevents import NvmlEvents
 from .pci import bus_gpus, normalize
-from .xidstream import CHECK, Event, XidStream
+from .poller import INVENTORY_FILE
+from .xidstream import CHECK, Event, XidStream, check_saved
 
 if TYPE_CHECKING:
     from ..checks import CheckContext
@@ -39,6 +40,14 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 STATE_FILE = "xid-stream.json"
+
+
+def _parse(raw: Any) -> tuple[str, dict[str, Any]]:
+    d = obj(raw)
+    return text(d["boot"], "boot"), check_saved(d["stream"])
+
+
+XID_FILE = StateFile(STATE_FILE, _parse)
 SAVE_EVERY = 5.0  # seconds between saves while only the cursor advances
 SAVE_RETRY, SAVE_RETRY_MAX = 1.0, 30.0  # backoff after a failed save (seconds)
 STORM_SAVE_EVERY = 1.0  # seconds between saves while full batches of records keep coming
@@ -69,9 +78,9 @@ class GpuIndex:
 
     def _reload(self) -> None:
         self._loaded = time.monotonic()
-        inv = StateDir(self.ctx.state_dir).read_json("gpu-inventory.json") or {}
-        if inv.get("boot") == boot_id(self.ctx.paths) and inv.get("index"):
-            self._map = {k: int(v) for k, v in inv["index"].items()}
+        inv = StateDir(self.ctx.state_dir).load(INVENTORY_FILE)
+        if inv is not None and inv["boot"] == boot_id(self.ctx.paths) and inv["index"]:
+            self._map = dict(inv["index"])
         else:
             self._map = {pci: i for i, pci in enumerate(bus_gpus(self.ctx.paths))}
 
@@ -163,9 +172,9 @@ class XidSource:
     def start(self, emit: Emit) -> None:
         self._emit = emit
         self.boot = boot_id(self.ctx.paths)
-        saved = self.state.read_json(STATE_FILE) or {}
-        if saved.get("boot") == self.boot:
-            self.stream.load_json(saved.get("stream", {}))
+        saved = self.state.load(XID_FILE)
+        if saved is not None and saved[0] == self.boot:
+            self.stream.load_json(saved[1])
         _live.add(self.ctx.state_dir)
         self._publish()
         for target, name in ((self._follow, "xid-kmsg"), (self.nvml.run, "xid-nvml")):

@@ -38,6 +38,7 @@ from typing import Any, NamedTuple
 from .. import catalog
 from ..findings import Finding, Sample, Severity
 from ..parsers.xid import KIND_DRIVER_LOADED, KIND_FALLEN_OFF_BUS, KIND_SXID, KIND_XID
+from ..state import Damaged, integer, number, obj, seq, text
 from .xids import ACTION_TEXT, NVLINK5_XIDS, XID_FALLEN_OFF_BUS, XID_RECOVERY_ACTION, Verdict, classify, metric_label
 
 CHECK = "xid"
@@ -239,6 +240,7 @@ class XidStream:
         }
 
     def load_json(self, data: Mapping[str, Any]) -> None:
+        """Restores what `to_json` wrote (validated by `check_saved`)."""
         self.cursor = data.get("cursor")
         for s, r, sev, msg, action, until, count in data.get("active", []):
             self.active[(s, r)] = Active(Severity(sev), msg, action, until, count)
@@ -246,3 +248,37 @@ class XidStream:
         self.lost, self.gaps = data.get("lost", 0), data.get("gaps", 0)
         self.not_kernel = data.get("not_kernel", 0)
         self.coverage_until, self.coverage_message = data.get("coverage", [0.0, ""])
+
+
+def check_saved(raw: Any) -> dict[str, Any]:
+    """`raw` if it has the shape `XidStream.to_json` writes; raises state.Damaged."""
+    d = obj(raw, "stream")
+    if d.get("cursor") is not None:
+        integer(d["cursor"], "stream.cursor")
+    for i, row in enumerate(seq(d.get("active", []), "stream.active")):
+        s, r, sev, msg, action, until, count = _row(row, 7, f"stream.active[{i}]")
+        for value, what in ((s, "subject"), (r, "reason"), (msg, "message"), (action, "action")):
+            text(value, f"stream.active[{i}].{what}")
+        Severity(text(sev, f"stream.active[{i}].severity"))
+        integer(count, f"stream.active[{i}].count")
+        if until is not None:
+            number(until, f"stream.active[{i}].until")
+    for i, row in enumerate(seq(d.get("counts", []), "stream.counts")):
+        gpu, xid, n = _row(row, 3, f"stream.counts[{i}]")
+        text(gpu, f"stream.counts[{i}].gpu")
+        text(xid, f"stream.counts[{i}].xid")
+        integer(n, f"stream.counts[{i}].count")
+    integer(d.get("lost", 0), "stream.lost")
+    integer(d.get("gaps", 0), "stream.gaps")
+    integer(d.get("not_kernel", 0), "stream.not_kernel")
+    until, message = _row(d.get("coverage", [0.0, ""]), 2, "stream.coverage")
+    number(until, "stream.coverage[0]")
+    text(message, "stream.coverage[1]")
+    return d
+
+
+def _row(value: Any, n: int, where: str) -> list[Any]:
+    row = seq(value, where)
+    if len(row) != n:
+        raise Damaged(f"{where}: expected {n} fields, got {len(row)}")
+    return row

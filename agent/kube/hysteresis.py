@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..findings import Finding, Severity
+from ..state import number, text
 from ..store import Snapshot
 from .families import is_gate
 from .settings import HysteresisSection
@@ -49,9 +50,11 @@ class Active:
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> Active:
+        """What `to_json` wrote; raises state.Damaged (or ValueError) for another shape."""
+        check = text(d["check"], "check")
         return cls(
-            str(d["check"]), str(d["subject"]), str(d["reason"]), Severity(d["severity"]), str(d.get("message", "")),
-            float(d.get("since", 0.0)), str(d.get("origin") or d["check"]),
+            check, text(d["subject"], "subject"), text(d["reason"], "reason"), Severity(text(d["severity"], "severity")),
+            text(d.get("message", ""), "message"), number(d.get("since", 0.0), "since"), text(d.get("origin") or check, "origin"),
         )
 
 

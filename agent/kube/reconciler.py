@@ -23,17 +23,20 @@ import logging
 import random
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 from .. import catalog
 from ..findings import Finding, Sample
-from ..state import StateDir
+from ..state import Damaged, StateDir, StateFile, flag, obj, seq, text
 from ..store import Snapshot
 from . import SOURCE
+from .adoption import Adoption
 from .api import ApiError, KubeApi, Stats, Wait
 from .budget import Budget
 from .condition_writer import ConditionWriter
 from .events import EventRecorder
-from .hysteresis import Hysteresis, reports
+from .hysteresis import Active, Hysteresis, reports
 from .nodecopy import NodeCopy, Once
 from .nodes import taints_of, triple
 from .outbox import OUTBOX_MAX, Outbox
@@ -45,6 +48,31 @@ log = logging.getLogger(__name__)
 
 STATE_FILE = "kubernetes.json"
 __all__ = ["OUTBOX_MAX", "STATE_FILE", "Reconciler"]
+
+
+@dataclass(frozen=True, slots=True)
+class Saved:
+    active: list[Active]
+    outbox: list[dict[str, str]]
+    slot: bool
+
+
+OUTBOX_FIELDS = ("type", "reason", "action", "note", "name")
+
+
+def _parse(raw: Any) -> Saved:
+    d = obj(raw)
+    if d.get("version") != 1:
+        raise Damaged(f"version: expected 1, got {d.get('version')!r}")
+    active = [Active.from_json(obj(a, f"active[{i}]")) for i, a in enumerate(seq(d.get("active", []), "active"))]
+    outbox = []
+    for i, item in enumerate(seq(d.get("outbox", []), "outbox")):
+        item = obj(item, f"outbox[{i}]")
+        outbox.append({k: text(item[k], f"outbox[{i}].{k}") for k in OUTBOX_FIELDS if k in item or k != "name"})
+    return Saved(active, outbox, flag(d.get("slot", False), "slot"))
+
+
+KUBE_FILE = StateFile(STATE_FILE, _parse)
 
 
 class Reconciler:
@@ -65,12 +93,13 @@ class Reconciler:
         self.dry_run = dry_run or api is None
         self.wall, self.rng = wall, rng or random.Random()
         self.stats = stats or Stats()
-        saved = state.read_json(STATE_FILE) or {}
-        self.hyst = Hysteresis.from_json(cfg.hysteresis, saved.get("active") or [])
-        self.budget = Budget(api, cfg.budget, node, held=bool(saved.get("slot")), recheck=cfg.resync_interval, rng=self.rng)
+        saved = state.load(KUBE_FILE)
+        self.adoption = Adoption(cfg.hysteresis, fresh=saved is None)  # nothing known of earlier runs
+        saved = saved or Saved([], [], False)
+        self.hyst = Hysteresis(cfg.hysteresis, saved.active)
+        self.budget = Budget(api, cfg.budget, node, held=saved.slot, recheck=cfg.resync_interval, rng=self.rng)
         recorder = EventRecorder(api, node, burst=cfg.event_burst, refill=cfg.event_refill, now=now) if api else None
-        self.outbox = Outbox(saved.get("outbox") or [], node, recorder=recorder, stats=self.stats, wall=wall,
-                             persist=self._persist)
+        self.outbox = Outbox(saved.outbox, node, recorder=recorder, stats=self.stats, wall=wall, persist=self._persist)
         self.node = NodeCopy(node)
         self.taints = TaintWriter(cfg, self.node, api=api, budget=self.budget, stats=self.stats, wall=wall,
                                   queue=self.outbox.queue, persist=self._persist)
@@ -108,7 +137,7 @@ class Reconciler:
             # strip the taints of a sick node right after a restart.
             return float("inf")
         self._evaluate(now)
-        wake = self.hyst.next_deadline() or float("inf")
+        wake = min(self.hyst.next_deadline() or float("inf"), self.adoption.deadline() or float("inf"))
         if self.api is None:
             self._dry_run_without_cluster()
             return wake
@@ -125,7 +154,9 @@ class Reconciler:
 
     def _evaluate(self, now: float) -> None:
         assert self.latest is not None
-        transitions, changed = self.hyst.observe(reports(self.latest, exclude=(SOURCE,)), now, self.wall())
+        reps = reports(self.latest, exclude=(SOURCE,))
+        transitions, changed = self.hyst.observe(reps, now, self.wall())
+        self.adoption.observe(reps, now)
         for t in transitions:
             a = t.finding
             log.log(logging.WARNING if t.kind == "raised" else logging.INFO, "finding %s: %s %s %s (%s)",
@@ -149,7 +180,8 @@ class Reconciler:
             self.node.stale = False
         if self.node.obj is None or now >= self._resync_at:
             self._refresh(now)
-        self.taints.sync(now, self.desired.taints, self.paused, self.dry_run)
+        want = self.adoption.keep(self.node.obj, list(self.desired.taints), self.taints)
+        self.taints.sync(now, want, self.paused, self.dry_run)
         self.conditions.sync(now, self.desired.conditions, self.dry_run)
         self.outbox.flush(now, self.node.uid(), self.dry_run)
         self.synced_at = self.wall()

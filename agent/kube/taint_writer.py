@@ -70,7 +70,7 @@ class TaintWriter:
             self._once.forget("budget")
         if not any(t.budgeted for t in desired):
             self.budget.idle()
-            if not any(self._budgeted(t) for t in taints_of(self.node.obj)) and self.budget.held:
+            if not any(self.budgeted(t) for t in taints_of(self.node.obj)) and self.budget.held:
                 self.budget.release()
                 self._persist()
 
@@ -81,7 +81,11 @@ class TaintWriter:
         """One of the taints this writer manages."""
         return self.owns(str(t.get("key", "")))
 
-    def _budgeted(self, t: dict[str, Any]) -> bool:
+    def gate(self, t: dict[str, Any]) -> bool:
+        """A reserved gate taint (preflight) managed now."""
+        return str(t.get("key", ""))[len(self.cfg.taint_prefix):] in self.gates
+
+    def budgeted(self, t: dict[str, Any]) -> bool:
         """One of ours that holds a slot of the fleet-wide budget (gates such as preflight do not)."""
         key = str(t.get("key", ""))
         return self.owns(key) and key[len(self.cfg.taint_prefix):] not in BUDGET_EXEMPT_SUFFIXES

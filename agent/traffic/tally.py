@@ -21,7 +21,7 @@ import logging
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ..state import StateDir
+from ..state import Damaged, StateDir, StateFile, integer, obj
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +67,27 @@ class Tally:
         return cls(gen, **nums)  # type: ignore[arg-type]
 
 
+def _parse(raw: Any) -> tuple[dict[str, Tally], dict[str, int]]:
+    d = obj(raw)
+    if d.get("version") != VERSION:
+        raise Damaged(f"version: expected {VERSION}, got {d.get('version')!r}")
+    tallies: dict[str, Tally] = {}
+    for key, value in obj(d.get("tallies", {}), "tallies").items():
+        tally = Tally.from_json(value)
+        if tally is None:
+            raise Damaged(f"tallies.{key}: expected gen and four counts of zero or more")
+        tallies[key] = tally
+    repairs = {}
+    for family, n in obj(d.get("repairs", {}), "repairs").items():
+        if integer(n, f"repairs.{family}") < 0:
+            raise Damaged(f"repairs.{family}: expected zero or more, got {n}")
+        repairs[family] = n
+    return tallies, repairs
+
+
+TRAFFIC_FILE = StateFile(STATE_FILE, _parse)
+
+
 class Tallies:
     """Every (direction, family) tally and the repair counts, persisted in the state dir."""
 
@@ -76,24 +97,10 @@ class Tallies:
         self.repairs: dict[str, int] = {}
         self._written: Any = None
         if self._state is not None:
-            self._load(self._state.read_json(STATE_FILE))
-
-    def _load(self, raw: Any) -> None:
-        if raw is None:
-            return
-        if not isinstance(raw, dict) or raw.get("version") != VERSION:
-            log.error("state file %s: unknown layout, starting the traffic counters afresh", STATE_FILE)
-            return
-        for key, value in (raw.get("tallies") or {}).items():
-            tally = Tally.from_json(value)
-            if tally is None:
-                log.error("state file %s: bad entry %s, starting it afresh", STATE_FILE, key)
-                continue
-            self.tallies[key] = tally
-        for family, n in (raw.get("repairs") or {}).items():
-            if isinstance(n, int) and not isinstance(n, bool) and n >= 0:
-                self.repairs[family] = n
-        self._written = self._json()
+            saved = self._state.load(TRAFFIC_FILE)
+            if saved is not None:
+                self.tallies, self.repairs = saved
+                self._written = self._json()
 
     def get(self, direction: str, family: str) -> Tally:
         return self.tallies.setdefault(f"{direction}/{family}", Tally())
