@@ -55,7 +55,7 @@ __all__ = [
     "parse_xid",
 ]
 
-ABI_VERSION: Final = 1
+ABI_VERSION: Final = 2
 ENV: Final = "NODE_HEALTH_AGENT_PARSERS"
 _CHOICES: Final = ("auto", "native", "python")
 _OK, _ERR_BUFFER, _ERR_ARGS, _ERR_PANIC = 0, 1, 2, -1
@@ -210,7 +210,7 @@ if _lib is not None:
     parse_mountinfo: Callable[[bytes], list[MountInfo]] = _native_parser(
         "nha_parse_mountinfo", MountInfo, 4, 7, strings_first=False
     )
-    parse_xid: Callable[[bytes], list[XidRecord]] = _native_parser("nha_parse_xid", XidRecord, 4, 6, strings_first=False)
+    parse_xid: Callable[[bytes], list[XidRecord]] = _native_parser("nha_parse_xid", XidRecord, 5, 6, strings_first=False)
     parse_iptables_save: Callable[[bytes], list[IptRecord]] = _native_parser(
         "nha_parse_iptables_save", IptRecord, 4, 4, strings_first=False
     )

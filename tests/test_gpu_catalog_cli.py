@@ -137,6 +137,21 @@ def test_scan_log_json(tmp_path, data: bytes, expected: list[tuple[object, ...]]
     assert all(isinstance(e["xid"], int) and e["message"] for e in events)
 
 
+def test_scan_log_skips_kmsg_records_a_process_wrote() -> None:
+    """The same NVRM line: from the kernel (facility 0) an event, from a process
+    (``12,`` user.warning, ``<30>`` daemon) not; dmesg text states no facility."""
+    forged = KMSG.replace(b"6,3391,", b"12,3392,", 1) + b"<30>NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.\n"
+    res = agent("scan-log", "-", "--json", stdin=KMSG + forged + DMESG)
+    assert res.returncode == 1, res.stderr
+    events = json.loads(res.stdout)
+    assert [(e["line"], e["xid"]) for e in events] == [(1, 119), (9, 13), (10, 79)]
+    assert res.stderr.decode() == (
+        "2 NVIDIA lines written by processes (syslog facility not kern), not by the kernel, are not events: line 4, 7\n"
+    )
+    alone = agent("scan-log", "-", stdin=forged)
+    assert alone.returncode == 0 and alone.stdout.decode().endswith("0 events, 0 critical\n")
+
+
 def test_scan_log_reads_stdin_and_prints_a_table() -> None:
     res = agent("scan-log", "-", stdin=DMESG)
     out = res.stdout.decode()

@@ -39,7 +39,7 @@ class Agent:
             if pred(text):
                 return text
             time.sleep(0.1)
-        raise AssertionError(f"metric condition not met; last scrape:\n{text[-3000:]}")
+        raise AssertionError("metric condition not met; last scrape:\n" + "\n".join(x for x in text.splitlines() if "kmsg" in x or "xid" in x or "Xid" in x)[-3000:])
 
 
 @pytest.fixture
@@ -128,3 +128,53 @@ def test_no_nvml_info_finding_and_other_checks_run(tmp_path, host) -> None:
     assert res.returncode == 0, res.stdout
     assert [(f["reason"], f["severity"]) for f in report["findings"] if f["check"] == "gpu"] == [("NvmlUnavailable", "info")]
     assert {c["name"] for c in report["checks"]} >= {"gpu", "disk"}
+
+
+@pytest.mark.privileged
+def test_full_state_dir_is_said_once_retried_and_saved_when_space_returns(tmp_path, host, mount_ns, fake_nvml_lib) -> None:
+    """The state dir on a real 1 MiB tmpfs (in a private mount namespace, where
+    the agent runs), filled with dd until ENOSPC while Xids arrive."""
+    state = mount_ns.tmpfs(tmp_path / "state", "size=1m,mode=700")
+    kmsg = tmp_path / "kmsg"
+    kmsg.write_text("")
+    port = free_port()
+    cfg = tmp_path / "agent.toml"
+    toml = host.toml(state, f'kmsg_path = "{kmsg}"\n', fake_nvml_lib)
+    cfg.write_text(toml + "[checks.disk]\nenabled = false\n" + f'[metrics]\nlisten = "127.0.0.1:{port}"\n')
+    log_path = tmp_path / "agent.log"
+    with open(log_path, "wb") as log:
+        proc = mount_ns.popen([sys.executable, "-m", "agent", "run", "--config", str(cfg), "--log-format", "json"],
+                              stdout=subprocess.DEVNULL, stderr=log)
+    agent = Agent(proc, port)  # type: ignore[arg-type]
+    try:
+        agent.wait_metric(lambda t: "node_health_kmsg_up 1.0" in t)
+        mount_ns.run(["dd", "if=/dev/zero", f"of={state}/fill", "bs=64k"], check=False)  # stops with ENOSPC
+        lines = [f"4,{i},{5_000_000 + i},-;NVRM: Xid (PCI:0000:18:00): 13, pid=1, name=x, line {i}\n" for i in range(3)]
+        with open(kmsg, "a") as fh:
+            fh.write(lines[0])
+        agent.wait_metric(lambda t: "node_health_xid_state_save_failing 1.0" in t)
+        for line in lines[1:]:  # more events while it fails: each would have been a save (and a log line)
+            with open(kmsg, "a") as fh:
+                fh.write(line)
+        text = agent.wait_metric(lambda t: "node_health_kmsg_records_read_total 3.0" in t
+                                 and _value(t, "node_health_xid_state_save_errors_total") >= 3)  # retried with backoff
+        assert "node_health_xid_state_save_failing 1.0" in text
+        mount_ns.run(["rm", "-f", f"{state}/fill"])
+        agent.wait_metric(lambda t: "node_health_xid_state_save_failing 0.0" in t)
+        saved = json.loads(mount_ns.run(["cat", f"{state}/xid-stream.json"]).stdout)
+        assert saved["stream"]["cursor"] == 2
+        assert [n for _, _, n in saved["stream"]["counts"]] == [3]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(15)
+    said = [json.loads(line)["msg"] for line in log_path.read_text().splitlines() if "Xid stream state" in line]
+    assert len(said) == 2, said
+    assert "cannot save the Xid stream state" in said[0] and "No space left on device" in said[0]
+    assert "saved the Xid stream state" in said[1] and "again" in said[1]
+
+
+def _value(text: str, name: str) -> float:
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    return -1.0

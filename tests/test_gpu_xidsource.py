@@ -4,6 +4,7 @@ and reboots; the one-shot scan of `agent selftest`."""
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -54,10 +55,10 @@ class Log:
         self.path, self.seq = path, 0
         open(path, "w").close()
 
-    def add(self, message: str, seq: int | None = None) -> None:
+    def add(self, message: str, seq: int | None = None, prio: int = 4) -> None:
         self.seq = self.seq if seq is None else seq
         with open(self.path, "a") as fh:
-            fh.write(f"4,{self.seq},{int(time.monotonic() * 1e6)},-;{message}\n SUBSYSTEM=pci\n")
+            fh.write(f"{prio},{self.seq},{int(time.monotonic() * 1e6)},-;{message}\n SUBSYSTEM=pci\n")
         self.seq += 1
 
 
@@ -97,6 +98,28 @@ def test_xid_line_in_the_followed_log_is_a_critical_finding(start, scenario, log
     assert out.active()[("gpu0", "Xid79")] is Severity.CRITICAL
     assert out.value("node_health_gpu_xid_errors_total", gpu="0", xid="79") == 1
     out.wait(lambda o: o.value("node_health_kmsg_records_read_total") == 2)
+
+
+def test_nvidia_lines_a_process_wrote_are_counted_and_logged_once_never_findings(start, scenario, log: Log, caplog) -> None:
+    """What a process writes to /dev/kmsg reads back with a facility other than
+    kern: a plain write as 12 (user.warning), <0> as 8, <30> as 30 (daemon)."""
+    scenario.set([h100(0), h100(1)])
+    caplog.set_level(logging.WARNING, logger="agent.gpu.xidsource")
+    _, out = start()
+    for prio in (12, 8, 30):
+        log.add(XID79, prio=prio)
+    log.add("NVRM: The NVIDIA GPU 0000:28:00.0", prio=12)  # a forged first line never lends its PCI address
+    log.add("NVRM: fallen off the bus and is not responding to commands.")  # a kernel line: no PCI of its own
+    log.add(XID13)  # the kernel's own line still counts
+    out.wait(lambda o: o.value("node_health_kmsg_records_read_total") == 6 and ("gpu0", "Xid13") in o.active())
+    assert out.value("node_health_kmsg_not_kernel_events_total") == 3
+    assert ("gpu0", "Xid79") not in out.active() and ("gpu1", "Xid79") not in out.active()
+    assert out.value("node_health_gpu_xid_errors_total", gpu="0", xid="79") is None
+    assert out.value("node_health_gpu_xid_errors_total", gpu="1", xid="79") is None
+    log.add(XID79, prio=12)
+    out.wait(lambda o: o.value("node_health_kmsg_not_kernel_events_total") == 4)
+    said = [r for r in caplog.records if "written by a process" in r.getMessage()]
+    assert len(said) == 1 and "facility user" in said[0].getMessage()
 
 
 def test_nvml_xid_79_event_is_a_critical_finding(start, scenario) -> None:

@@ -4,10 +4,12 @@ persistence. Pure logic with a test clock."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from agent.findings import Severity
 from agent.gpu.xid_catalog import catalog, classify
-from agent.gpu.xid_tracker import Event, XidStream
+from agent.gpu.xid_tracker import MAX_KEYS, PAIR_DEPTH, Event, XidStream
 from agent.parsers.xid import KIND_DRIVER_LOADED, KIND_FALLEN_OFF_BUS, KIND_SXID, KIND_XID
 
 PCI = "0000:3b:00"
@@ -187,3 +189,100 @@ def test_every_special_xid_is_in_the_catalog() -> None:
     from agent.gpu.xid_catalog import SPECIAL_XIDS
 
     assert SPECIAL_XIDS <= set(catalog())
+
+
+# ------------------------------------------------------------ dedupe: bounded, constant time, same pairing
+
+
+def _reference_duplicates(events: list[tuple[float, str, int, int, str, bool]], window: float) -> list[bool]:
+    """The pairing as it was first written (a scan of every sighting of the
+    window for each event), kept here as the specification."""
+    recent: list[tuple[str, int, float, set[str]]] = []
+    out = []
+    for now, source, kind, xid, pci, backlog in events:
+        recent = [r for r in recent if now - r[2] <= window]
+        token = "kmsg-fallen" if kind == KIND_FALLEN_OFF_BUS else source
+        xid = 79 if kind == KIND_FALLEN_OFF_BUS else xid
+        dup = False
+        if not backlog and pci:
+            for r in recent:
+                if r[0] == pci and r[1] == xid and token not in r[3]:
+                    r[3].add(token)
+                    dup = True
+                    break
+            else:
+                recent.append((pci, xid, now, {token}))
+        out.append(dup)
+    return out
+
+
+EVENTS = st.lists(
+    st.tuples(
+        st.sampled_from([0.0, 0.0, 0.5, 3.0, 11.0]),  # time since the previous event
+        st.sampled_from(["kmsg", "nvml"]),
+        st.sampled_from([KIND_XID, KIND_XID, KIND_FALLEN_OFF_BUS]),
+        st.sampled_from([13, 79, 48]),
+        st.sampled_from([PCI, "0000:18:00", ""]),
+        st.sampled_from([False, False, False, True]),  # backlog
+    ),
+    max_size=60,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(EVENTS)
+def test_dedupe_pairs_exactly_as_the_reference(steps: list[tuple[float, str, int, int, str, bool]]) -> None:
+    c = Clock()
+    s = stream(c)
+    timed = []
+    for dt, source, kind, xid, pci, backlog in steps:
+        c.now += dt
+        timed.append((c.now, source, kind, xid, pci, backlog))
+    expected = _reference_duplicates(timed, 10)
+    got = []
+    for now, source, kind, xid, pci, backlog in timed:
+        c.now = now
+        got.append(s._duplicate(Event(source, kind, xid, pci, "m", now, backlog), 79 if kind == KIND_FALLEN_OFF_BUS else xid))
+    assert got == expected
+
+
+def test_dedupe_memory_is_bounded_in_a_storm_of_one_source() -> None:
+    c = Clock()
+    s = stream(c)
+    for i in range(20_000):
+        c.now += 0.0001
+        s.add(ev(c, "kmsg", (13, 31, 48, 79)[i % 4]))
+    assert sum(s.counts.values()) == 20_000  # nothing pairs within one source: every line is an event
+    assert len(s.unmatched) == 4
+    assert all(len(q) <= PAIR_DEPTH for w in s.unmatched.values() for q in w.values())
+
+
+def test_dedupe_keeps_at_most_max_keys_gpu_xid_pairs() -> None:
+    c = Clock()
+    s = stream(c)
+    for i in range(MAX_KEYS * 3):
+        s._duplicate(ev(c, "kmsg", 13, pci=f"0000:{i // 256:02x}{i % 256:02x}:00"), 13)
+    assert len(s.unmatched) <= MAX_KEYS
+    c.now += 0.1
+    assert s._duplicate(ev(c, "nvml", 13, pci=f"0000:{(MAX_KEYS * 3 - 1) // 256:02x}{(MAX_KEYS * 3 - 1) % 256:02x}:00"), 13)
+
+
+def test_pairing_holds_to_pair_depth_and_counts_twice_beyond_it() -> None:
+    c = Clock()
+    s = stream(c)
+    for src in ["kmsg"] * PAIR_DEPTH + ["nvml"] * PAIR_DEPTH:
+        s.add(ev(c, src, 13))
+    assert xid_count(s, "13") == PAIR_DEPTH
+    t = stream(c)
+    for src in ["kmsg"] * (PAIR_DEPTH + 5) + ["nvml"] * (PAIR_DEPTH + 5):
+        t.add(ev(c, src, 13))
+    assert xid_count(t, "13") == PAIR_DEPTH + 10  # the 5 oldest lines were forgotten: their NVML twins count again
+
+
+def test_a_source_matches_the_oldest_sighting_still_in_the_window() -> None:
+    c = Clock()
+    s = stream(c)
+    for at, src in ((0, "kmsg"), (6, "kmsg"), (7, "nvml"), (12, "nvml")):
+        c.now = 1000.0 + at
+        s.add(ev(c, src, 13))
+    assert xid_count(s, "13") == 2  # 7 s took the line of 0 s, 12 s the line of 6 s

@@ -189,10 +189,46 @@ def test_many_lines_keep_their_line_numbers() -> None:
     assert [(r.line, r.xid) for r in records] == [(3, 13), (5, 31)]
 
 
+FACILITIES = [
+    pytest.param(b"3,2045,191045112,-;NVRM: Xid (PCI:0000:3b:00): 48, DBE", 0, id="kmsg kern.err"),
+    pytest.param(b"7,9,1,c,caller=T1;NVRM: Xid (PCI:0000:3b:00): 48, DBE", 0, id="kmsg kern.debug, caller field"),
+    pytest.param(b"12,351,1009035642,-;NVRM: Xid (PCI:0000:3b:00): 79, forged", 1, id="kmsg user.warning: a plain write"),
+    pytest.param(b"8,352,1009035654,-;NVRM: Xid (PCI:0000:3b:00): 79, forged", 1, id="kmsg user.emerg: <0> forced to user"),
+    pytest.param(b"30,356,1009050704,-;nvidia-nvswitch0: SXid (PCI:0000:c6:00.0): 00010, Fatal", 3, id="kmsg daemon.info"),
+    pytest.param(b"2047,1,1,-;NVRM: Xid (PCI:0000:3b:00): 79, x", 255, id="kmsg, largest facility printed"),
+    pytest.param(b"99999,1,1,-;NVRM: Xid (PCI:0000:3b:00): 79, x", 255, id="kmsg, past 255: not the kernel"),
+    pytest.param(b"<4>NVRM: Xid (PCI:0000:3b:00): 48, DBE", 0, id="printk level"),
+    pytest.param(b"<12>[  812.1] NVRM: Xid (PCI:0000:3b:00): 79, x", 1, id="dmesg -r of a user record"),
+    pytest.param(b"[  812.1] NVRM: Xid (PCI:0000:3b:00): 79, x", twin.NO_FACILITY, id="dmesg: none stated"),
+    pytest.param(b"Mar 10 12:00:01 host kernel: NVRM: Xid (PCI:0000:3b:00): 79, x", twin.NO_FACILITY, id="journal: none stated"),
+    pytest.param(b"<4x>NVRM: Xid (PCI:0000:3b:00): 79, x", twin.NO_FACILITY, id="near miss: level not a number"),
+    pytest.param(b"12,x,1,-;NVRM: Xid (PCI:0000:3b:00): 79, x", twin.NO_FACILITY, id="near miss: seq not a number"),
+    pytest.param(b"12,1;NVRM: Xid (PCI:0000:3b:00): 79, x", twin.NO_FACILITY, id="near miss: two fields"),
+]
+
+
+@pytest.mark.parametrize(("line", "facility"), FACILITIES)
+def test_facility_is_carried_by_both_twins(line: bytes, facility: int) -> None:
+    [r] = native_vs_twin("xid", line)
+    assert r.facility == facility
+    assert r.from_kernel is (facility in (0, twin.NO_FACILITY))
+
+
+def test_a_process_line_never_lends_its_pci_to_a_kernel_line() -> None:
+    data = (
+        b"12,10,1,-;NVRM: The NVIDIA GPU 0000:b3:00.0\n"
+        b"4,11,2,-;NVRM: fallen off the bus and is not responding to commands.\n"
+        b"4,12,3,-;NVRM: The NVIDIA GPU 0000:c3:00.0\n"
+        b"4,13,4,-;NVRM: fallen off the bus and is not responding to commands.\n"
+    )
+    records = native_vs_twin("xid", data)
+    assert [(r.line, r.pci, r.facility) for r in records] == [(1, "", 0), (3, "0000:c3:00.0", 0)]
+
+
 LINE_PARTS = st.sampled_from(
     [b"NVRM: ", b"Xid (", b"PCI:", b"0000:3b:00", b" GPU-I:05", b"): ", b"79", b", ", b"pid=", b"'<unknown>'", b"name=",
      b"caused by previous Xid ", b"13", b"fallen off the bus", b"GPU ", b"GPU at ", b"The NVIDIA GPU ", b"0000:3b:00.0",
-     b"RmInitAdapter failed", b"nvidia-nvswitch", b"3: SXid (", b"[  12.5] ", b"kernel: ", b"4,17,5678,-;", b"<4>",
+     b"RmInitAdapter failed", b"nvidia-nvswitch", b"3: SXid (", b"[  12.5] ", b"kernel: ", b"4,17,5678,-;", b"<4>", b"12,18,5679,-;", b"<12>", b"2047,1,1;", b";", b",",
      b"\\x0a", b" ", b"\t", b":", b")", b"(", b"\xff", b"\xc3\xa9", b"loading NVIDIA UNIX", b"kern  :err   : ",
      b"2025-01-25T10:34:54,859532+00:00 ", b"99999999999999999999999"]
 )

@@ -3,8 +3,10 @@
 scan-log reads a saved kernel log (``dmesg`` with or without timestamps,
 ``journalctl -k``, raw ``/dev/kmsg`` records) and lists every NVIDIA event in
 it with its meaning and recommended action: a post-mortem of a dead node's
-journal. Exit 0 when nothing is critical, 1 when something is, 2 when the
-file cannot be read.
+journal. A line that states a syslog facility other than the kernel's (a raw
+``/dev/kmsg`` record ``12,…;`` or a ``<12>`` prefix: a process wrote it) is
+no event, as in the daemon; they are counted on standard error. Exit 0 when
+nothing is critical, 1 when something is, 2 when the file cannot be read.
 """
 
 from __future__ import annotations
@@ -46,12 +48,17 @@ def _read(path: str) -> bytes:
         raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
 
 
-def scan(data: bytes) -> list[dict[str, Any]]:
-    """The events of a log, as the JSON objects `scan-log --json` prints."""
+def scan(data: bytes, not_kernel: list[int] | None = None) -> list[dict[str, Any]]:
+    """The events of a log, as the JSON objects `scan-log --json` prints; the
+    line numbers of events in lines a process wrote go to `not_kernel`."""
     from .. import native
 
     out = []
     for r in native.parse_xid(data):
+        if not r.from_kernel:
+            if not_kernel is not None:
+                not_kernel.append(r.line + 1)
+            continue
         if r.kind == KIND_DRIVER_LOADED:
             continue
         v = classify(r.kind, r.xid, r.message)
@@ -79,7 +86,14 @@ def scan(data: bytes) -> list[dict[str, Any]]:
 
 
 def cmd_scan_log(args: argparse.Namespace) -> int:
-    events = scan(_read(args.file))
+    not_kernel: list[int] = []
+    events = scan(_read(args.file), not_kernel)
+    if not_kernel:
+        shown = ", ".join(map(str, not_kernel[:10])) + (", …" if len(not_kernel) > 10 else "")
+        sys.stderr.write(
+            f"{len(not_kernel)} NVIDIA lines written by processes (syslog facility not kern), not by the kernel, "
+            f"are not events: line {shown}\n"
+        )
     if args.json:
         json.dump(events, sys.stdout, indent=2)
         sys.stdout.write("\n")

@@ -38,7 +38,14 @@ XID_METRICS: tuple[MetricSpec, ...] = (
     MetricSpec("node_health_kmsg_records_read_total", "counter", "Kernel log records read by the Xid follower."),
     MetricSpec("node_health_kmsg_records_lost_total", "counter", "Kernel log records overwritten before they were read, this boot."),
     MetricSpec("node_health_kmsg_gaps_total", "counter", "Gaps in the kernel log sequence numbers (ring buffer wrapped), this boot."),
+    MetricSpec(
+        "node_health_kmsg_not_kernel_events_total",
+        "counter",
+        "NVIDIA events (Xid, SXid, ...) in kernel log records that a process wrote to /dev/kmsg (syslog facility not kern), this boot; never findings.",
+    ),
     MetricSpec("node_health_kmsg_up", "gauge", "1 while the kernel log is followed."),
+    MetricSpec("node_health_xid_state_save_failing", "gauge", "1 while the Xid stream state (kmsg cursor, findings, counters) cannot be written to the state directory (e.g. it is full)."),
+    MetricSpec("node_health_xid_state_save_errors_total", "counter", "Failed writes of the Xid stream state since the agent started."),
     MetricSpec("node_health_nvml_events_up", "gauge", "1 while NVML Xid events are received for at least one GPU."),
 )
 

@@ -10,32 +10,72 @@ left, and the jump in ``seq`` says how many were lost. Non-printable bytes in a
 message are escaped as ``\\xNN``. Reading needs CAP_SYSLOG when
 ``kernel.dmesg_restrict=1``.
 
+The first field is the syslog priority, ``facility << 3 | level``: facility 0
+is the kernel's own (``printk``), so kernel records read ``0,…`` to ``7,…``.
+A process may write a record too (systemd, a test tool, or anyone forging an
+Xid), and the kernel gives it a facility other than 0: ``devkmsg_write()`` in
+kernel/printk/printk.c starts from ``facility = 1; /* LOG_USER */`` and takes
+the facility of a ``<N>`` prefix only ``if (LOG_FACILITY(u) != 0)``, where
+``LOG_FACILITY(v)`` is ``((v) >> 3 & 0xff)`` ("If no prefix or no userspace
+facility is specified, we enforce LOG_USER, to be able to reliably
+distinguish kernel-generated messages from userspace-injected ones"). So a
+plain write reads back as ``12,…`` (user.warning), ``<0>`` or ``<2048>`` as
+``8,…``, ``<30>`` as ``30,…`` (daemon.info): never facility 0 (checked on
+Linux 6.18 by `tests/test_gpu_kmsg.py`).
+
 Any other path (a regular file, a FIFO) is read as lines in the same format,
 which is how the tests feed records; lines without the kmsg prefix are
-records without a sequence number.
+records without a sequence number or facility.
 """
 
 from __future__ import annotations
 
 import errno
 import os
+import re
 import select
 import stat
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from itertools import repeat
+from typing import NamedTuple
 
 from ..parsers.text import u64
 
 FILE_POLL = 0.02
 READ_SIZE = 8192  # the kernel's record limit (CONSOLE_EXT_LOG_MAX) is 8 KiB
+CHUNK = 1 << 16  # bytes per read() of a file or FIFO
+BATCH = 4096  # records per `read_batch` (bounds the memory of a storm's backlog)
+KERNEL = 0  # the kernel's syslog facility (LOG_KERN)
+FACILITIES = {0: "kern", 1: "user", 2: "mail", 3: "daemon", 4: "auth", 5: "syslog", 6: "lpr", 7: "news"}
 
 
-@dataclass(frozen=True, slots=True)
-class Record:
+class Record(NamedTuple):
     seq: int | None
     usec: int | None
     message: bytes
+    prio: int | None = None  # the syslog priority of the prefix; None: a line without it
+
+    @property
+    def facility(self) -> int | None:
+        return None if self.prio is None else self.prio >> 3
+
+    @property
+    def from_kernel(self) -> bool:
+        """Not written by a process: facility 0, or a line that states none (dmesg text)."""
+        return self.prio is None or self.prio >> 3 == KERNEL
+
+
+# A whole line of the common shape, for `Kmsg._lines` (what `parse_record` takes on its fast path).
+_LINE = re.compile(rb"^(\d{1,19}),(\d{1,19}),(\d{1,19})(?:,[^;\n]*)?;(.*)$", re.M)
+
+
+def _record(fields: tuple[int, int | None, bytes, int]) -> Record:
+    return tuple.__new__(Record, fields)
+
+
+def facility_name(facility: int) -> str:
+    return FACILITIES.get(facility, f"facility {facility}")
 
 
 class KmsgError(Exception):
@@ -46,12 +86,17 @@ class KmsgError(Exception):
 
 def parse_record(raw: bytes) -> Record:
     """One record (``prio,seq,usec,flags;message``, continuation lines dropped)."""
-    first = raw.split(b"\n", 1)[0]
+    first = raw.split(b"\n", 1)[0] if b"\n" in raw else raw
     head, sep, msg = first.partition(b";")
     if sep:
-        f = head.split(b",")
-        if len(f) >= 3 and u64(f[0]) is not None and u64(f[1]) is not None:
-            return Record(u64(f[1]), u64(f[2]), msg)
+        f = head.split(b",", 3)
+        if len(f) >= 3:
+            p, q, u = f[0], f[1], f[2]
+            if len(p) < 20 and len(q) < 20 and len(u) < 20 and p.isdigit() and q.isdigit():  # the common case, fast
+                return _record((int(q), int(u) if u.isdigit() else None, msg, int(p)))
+            prio, seq = u64(p), u64(q)
+            if prio is not None and seq is not None:
+                return Record(seq, u64(u), msg, prio)
     return Record(None, None, first)
 
 
@@ -78,17 +123,27 @@ class Kmsg:
 
     def read_available(self) -> Iterator[Record]:
         """Every record that can be read now, without blocking."""
-        if self.records_mode:
-            yield from self._records()
-        else:
-            yield from self._lines()
-
-    def _records(self) -> Iterator[Record]:
         while True:
+            batch = self.read_batch()
+            yield from batch
+            if len(batch) < BATCH:
+                return
+
+    def read_batch(self, limit: int = BATCH) -> list[Record]:
+        """The records that can be read now without blocking, up to about
+        `limit` (a file or FIFO may give one chunk's lines more); fewer than
+        `limit` means nothing more was there."""
+        if self.records_mode:
+            return self._records(limit)
+        return self._lines(limit)
+
+    def _records(self, limit: int) -> list[Record]:
+        out: list[Record] = []
+        while len(out) < limit:
             try:
                 raw = os.read(self.fd, READ_SIZE)
             except BlockingIOError:
-                return
+                break
             except BrokenPipeError:
                 self.overruns += 1
                 continue
@@ -97,22 +152,31 @@ class Kmsg:
                     continue
                 raise
             if not raw:
-                return
-            yield parse_record(raw)
+                break
+            out.append(parse_record(raw))
+        return out
 
-    def _lines(self) -> Iterator[Record]:
-        while True:
+    def _lines(self, limit: int) -> list[Record]:
+        out: list[Record] = []
+        while len(out) < limit:
             try:
-                chunk = os.read(self.fd, 1 << 16)
+                chunk = os.read(self.fd, CHUNK)
             except BlockingIOError:
                 chunk = b""
             if not chunk:
-                return
-            self._buf += chunk
-            *lines, self._buf = self._buf.split(b"\n")
-            for line in lines:
-                if line and not line.startswith(b" "):  # " KEY=value" continuation lines
-                    yield parse_record(line)
+                break
+            data = self._buf + chunk
+            end = data.rfind(b"\n") + 1
+            text, self._buf = data[:end], data[end:]
+            # " KEY=value" continuation lines and empty lines are no records
+            lines = [line for line in text.split(b"\n") if line and line[0] != 0x20]
+            found = _LINE.findall(text)
+            if len(found) == len(lines):  # every line has the common shape: one pass in C
+                prios, seqs, usecs, msgs = zip(*found) if found else ((), (), (), ())
+                out += map(tuple.__new__, repeat(Record), zip(map(int, seqs), map(int, usecs), msgs, map(int, prios)))
+            else:
+                out += map(parse_record, lines)
+        return out
 
     def wait(self, timeout: float) -> None:
         """Until something may be readable, or `timeout`. A regular file or a

@@ -2,25 +2,33 @@
 two threads feeding one `XidStream`, pushed to the daemon as they happen.
 
 State file ``xid-stream.json``: the boot id and the stream's state (kmsg
-cursor, active findings, counters), written atomically after every event, and
-every few seconds while only the cursor moves. Started in the same boot, the
-follower skips what it already processed; after a reboot it starts afresh.
+cursor, active findings, counters), written atomically after every batch of
+records with events (at most once a second while a storm keeps the follower
+reading full batches), and every few seconds while only the cursor moves. A
+write that fails (a full disk) is logged once and retried with a backoff.
+Started in the same boot, the follower skips what it already processed;
+after a reboot it starts afresh.
 """
 
 from __future__ import annotations
 
+import errno
+import json
 import logging
+import os
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .. import native
 from ..findings import Finding, ObservationBuilder, Sample
+from ..parsers.xid import KIND_SXID
 from ..sources import Emit
 from ..statedir import StateDir, StateFile, boot_id, obj, text
 from .catalog import CATALOG
-from .kmsg import Kmsg, KmsgError, Record
+from .kmsg import BATCH, KERNEL, Kmsg, KmsgError, Record, facility_name
 from .nvmlevents import NvmlEvents
 from .pci import bus_gpus, normalize
 from .poller import INVENTORY_FILE
@@ -42,9 +50,10 @@ def _parse(raw: Any) -> tuple[str, dict[str, Any]]:
 
 XID_FILE = StateFile(STATE_FILE, _parse)
 SAVE_EVERY = 5.0  # seconds between saves while only the cursor advances
+SAVE_RETRY, SAVE_RETRY_MAX = 1.0, 30.0  # backoff after a failed save (seconds)
+STORM_SAVE_EVERY = 1.0  # seconds between saves while full batches of records keep coming
 RETRY_OPEN = 30.0
 _live: set[str] = set()  # state dirs with a running source in this process
-_MARKERS = (b"NVRM", b"SXid")
 
 
 class GpuIndex:
@@ -54,17 +63,18 @@ class GpuIndex:
     def __init__(self, ctx: CheckContext, known: dict[str, int] | None = None) -> None:
         self.ctx = ctx
         self._map: dict[str, int] = dict(known or {})
+        self._names: dict[int, tuple[str, str]] = {}
         self._loaded = 0.0
 
     def __call__(self, pci: str, kind: int) -> tuple[str, str]:
-        from ..parsers.xid import KIND_SXID
-
         if kind == KIND_SXID:
             return f"nvswitch-{pci or 'unknown'}", "unknown"
-        if pci and pci not in self._map and time.monotonic() - self._loaded > 5:
+        index = self._map.get(pci)
+        if index is None and pci and time.monotonic() - self._loaded > 5:
             self._reload()
-        if pci in self._map:
-            return f"gpu{self._map[pci]}", str(self._map[pci])
+            index = self._map.get(pci)
+        if index is not None:
+            return self._names.get(index) or self._names.setdefault(index, (f"gpu{index}", str(index)))
         return (f"pci-{pci}" if pci else "gpu"), "unknown"
 
     def _reload(self) -> None:
@@ -86,20 +96,51 @@ def new_stream(ctx: CheckContext, cfg: GpuConfig, known: dict[str, int] | None =
     )
 
 
-def events_from(records: list[Record], context: list[bytes], backlog: bool, now: float) -> list[Event]:
-    """Parsed events of kmsg records. `context` carries the last NVRM lines across
-    calls, for the messages that the driver splits over several records."""
-    out = []
-    for rec in records:
-        if not any(m in rec.message for m in _MARKERS):
-            continue
-        lines = [*context, rec.message]
-        context[:] = lines[-2:]
-        at = rec.usec / 1e6 if backlog and rec.usec is not None else now
-        for x in native.parse_xid(b"\n".join(lines)):
-            if x.line == len(lines) - 1:
-                out.append(Event("kmsg", x.kind, x.xid, normalize(x.pci), x.message, at, backlog))
+_pci_cache: dict[str, str] = {}
+
+
+def _normalize(pci: str) -> str:
+    """`normalize`, remembered: a storm repeats a handful of addresses."""
+    out = _pci_cache.get(pci)
+    if out is None:
+        if len(_pci_cache) >= 1024:
+            _pci_cache.clear()
+        out = _pci_cache[pci] = normalize(pci)
     return out
+
+
+class Batch(NamedTuple):
+    events: list[Event]
+    foreign: list[tuple[Record, int]]  # (record, events in it) of NVIDIA-looking records a process wrote
+
+
+def events_from(records: list[Record], context: list[bytes], backlog: bool, now: float) -> Batch:
+    """Parsed events of kmsg records, all of them in one call of the parser.
+    `context` carries the last NVRM lines across calls, for the messages that
+    the driver splits over several records. Records whose facility is not the
+    kernel's (`Record.from_kernel`) are no events and never context: they come
+    back in `Batch.foreign`."""
+    mine: list[Record] = []
+    foreign: list[Record] = []
+    for rec in records:
+        msg = rec.message
+        if b"NVRM" in msg or b"SXid" in msg:
+            (mine if rec.prio is None or rec.prio >> 3 == KERNEL else foreign).append(rec)
+    out: list[Event] = []
+    if mine:
+        lines = [*context, *(r.message for r in mine)]
+        skip = len(context)
+        context[:] = lines[-2:]
+        for x in native.parse_xid(b"\n".join(lines)):
+            if x.line >= skip:
+                rec = mine[x.line - skip]
+                at = rec.usec / 1e6 if backlog and rec.usec is not None else now
+                out.append(Event("kmsg", x.kind, x.xid, _normalize(x.pci), x.message, at, backlog))
+    found = []
+    if foreign:
+        per_line = Counter(x.line for x in native.parse_xid(b"\n".join(r.message for r in foreign)))
+        found = [(rec, per_line[i]) for i, rec in enumerate(foreign) if per_line[i]]
+    return Batch(out, found)
 
 
 class XidSource:
@@ -117,6 +158,10 @@ class XidSource:
         self._threads: list[threading.Thread] = []
         self._dirty = False
         self._saved_at = 0.0
+        self._foreign_logged = False
+        self._save_failing, self._save_errno, self._save_errors = False, 0, 0
+        self._backoff = self._retry_at = 0.0
+        self._need = 0
         self.nvml = NvmlEvents(self)
 
     def known_findings(self) -> Iterable[tuple[str, str]]:
@@ -177,18 +222,57 @@ class XidSource:
         samples = self.stream.samples() + [
             Sample("node_health_kmsg_up", self.up["kmsg"]),
             Sample("node_health_nvml_events_up", self.up["nvml"]),
+            Sample("node_health_xid_state_save_failing", 1.0 if self._save_failing else 0.0),
+            Sample("node_health_xid_state_save_errors_total", self._save_errors),
         ]
         self._emit(findings, samples)
 
     def _save(self, force: bool = False) -> None:
+        """Writes the state after events (`force`) or every `SAVE_EVERY` while
+        only the cursor moves. After a failed write, retries with a backoff
+        (`SAVE_RETRY` doubling to `SAVE_RETRY_MAX`) and, when the disk was
+        full, as soon as statvfs shows room for the file again; the failure is
+        logged once and exported as a gauge and a counter."""
         now = time.monotonic()
-        if not force and (not self._dirty or now - self._saved_at < SAVE_EVERY):
+        if self._save_failing:
+            if now < self._retry_at and not self._room_again():
+                return
+        elif not force and (not self._dirty or now - self._saved_at < SAVE_EVERY):
             return
+        data = json.dumps({"boot": self.boot, "stream": self.stream.to_json()}, sort_keys=True, separators=(",", ":")).encode()
         try:
-            self.state.write_json(STATE_FILE, {"boot": self.boot, "stream": self.stream.to_json()})
-            self._dirty, self._saved_at = False, now
+            self.state.write_bytes(STATE_FILE, data)
         except OSError as exc:
-            log.error("cannot save the Xid stream state in %s: %s", self.state.path, exc)
+            self._save_errors += 1
+            self._need = len(data)
+            self._backoff = min(self._backoff * 2, SAVE_RETRY_MAX) if self._save_failing else SAVE_RETRY
+            self._retry_at = now + self._backoff
+            self._dirty = True
+            if not self._save_failing:
+                self._save_failing, self._save_errno = True, exc.errno or 0
+                log.error(
+                    "cannot save the Xid stream state in %s: %s; retrying every %g to %g s and as soon as there is room "
+                    "(logged once; node_health_xid_state_save_failing is 1 meanwhile). A restart before then counts this "
+                    "boot's Xids again.",
+                    self.state.path, exc.strerror or exc, SAVE_RETRY, SAVE_RETRY_MAX,
+                )
+            self._publish()
+            return
+        if self._save_failing:
+            log.warning("saved the Xid stream state in %s again, after %d failed attempts", self.state.path, self._save_errors)
+            self._save_failing = False
+            self._publish()
+        self._dirty, self._saved_at = False, now
+
+    def _room_again(self) -> bool:
+        """After ENOSPC/EDQUOT: whether the filesystem has room for the file (and an inode) again."""
+        if self._save_errno not in (errno.ENOSPC, errno.EDQUOT):
+            return False
+        try:
+            st = os.statvfs(self.state.path)
+        except OSError:
+            return False
+        return st.f_bavail * st.f_frsize >= self._need + st.f_frsize and (st.f_favail > 0 or st.f_files == 0)
 
     # ------------------------------------------------------------ kernel log
 
@@ -211,21 +295,42 @@ class XidSource:
     def _read(self, k: Kmsg) -> None:
         backlog, context = True, list[bytes]()
         while not self.stop_event.is_set():
-            records = list(k.read_available())
+            records = k.read_batch()
             with self.lock:
-                fresh = [r for r in records if r.seq is None or self.stream.record_seq(r.seq)]
+                record_seq = self.stream.record_seq
+                fresh = [r for r in records if r.seq is None or record_seq(r.seq)]
                 self.stream.records_read += len(records)
                 self._dirty = self._dirty or bool(records)
-            events = events_from(fresh, context, backlog, time.monotonic())
-            backlog = False
+            batch = events_from(fresh, context, backlog, time.monotonic())
+            if batch.foreign:
+                self._foreign(batch.foreign)
+            caught_up = len(records) < BATCH
             with self.lock:
-                changed = self.stream.expire()
-                for ev in events:
-                    changed = self.stream.add(ev) or changed
-                self._save(force=changed)
+                changed = self.stream.expire() or bool(batch.foreign)
+                add = self.stream.add
+                for ev in batch.events:
+                    changed = add(ev) or changed
+                # After events, at once; in a storm (full batches back to back) at most every STORM_SAVE_EVERY.
+                self._save(force=changed and (caught_up or time.monotonic() - self._saved_at >= STORM_SAVE_EVERY))
                 if changed or records:
                     self._publish()
-            k.wait(1.0)
+            if caught_up:  # else read on at once
+                backlog = False
+                k.wait(1.0)
+
+    def _foreign(self, found: list[tuple[Record, int]]) -> None:
+        """NVIDIA lines that a process wrote to /dev/kmsg: counted, logged once."""
+        with self.lock:
+            self.stream.not_kernel += sum(n for _, n in found)
+        if not self._foreign_logged:
+            self._foreign_logged = True
+            rec = found[0][0]
+            log.warning(
+                "kernel log record %s was written by a process (syslog facility %s), not by the kernel: NVIDIA lines "
+                "from processes are no Xids and no findings, only counted in node_health_kmsg_not_kernel_events_total "
+                "(this is logged once): %s",
+                rec.seq, facility_name(rec.facility or 0), rec.message[:200].decode("utf-8", "replace"),
+            )
 
 
 def scan_once_unless_live(ctx: CheckContext, cfg: GpuConfig, b: ObservationBuilder, known: dict[str, int]) -> None:
@@ -246,12 +351,15 @@ def scan_once_unless_live(ctx: CheckContext, cfg: GpuConfig, b: ObservationBuild
     for r in records:
         if r.seq is not None:
             stream.record_seq(r.seq)
-    for ev in events_from(records, [], True, time.monotonic()):
+    batch = events_from(records, [], True, time.monotonic())
+    for ev in batch.events:
         stream.add(ev)
     for f in stream.findings():
         if f.reason != "KmsgCoverageLost":  # a one-shot scan of a wrapped ring is not a gap in following
             b.finding(f.subject, f.reason, f.message, severity=f.severity, unknown=f.unknown)
     first = next((r.seq for r in records if r.seq is not None), None)
     older = f" (records before seq {first} already overwritten)" if first else ""
-    b.subject("kmsg", f"{len(records)} kernel log records of this boot scanned{older}, {sum(stream.counts.values())} Xids")
+    foreign = sum(n for _, n in batch.foreign)
+    spoofed = f", {foreign} NVIDIA lines written by processes ignored" if foreign else ""
+    b.subject("kmsg", f"{len(records)} kernel log records of this boot scanned{older}, {sum(stream.counts.values())} Xids{spoofed}")
 

@@ -10,6 +10,17 @@ or six. A ``GPU … has fallen off the bus`` line counts as Xid 79 and pairs
 with the Xid 79 line and event. Records read from the ring buffer at start
 (the backlog) happened before NVML events were registered, so they never pair.
 
+How (constant time per event, bounded memory, for Xid storms of thousands of
+lines a second): per GPU and Xid, one queue per source of the times of the
+sightings that source has not matched yet, oldest first. A new event takes
+the oldest unexpired time from its own source's queue (a duplicate), or else
+adds its time to the other sources' queues (a new event). That is the
+pairing above exactly, as long as a queue holds at most `PAIR_DEPTH`
+sightings: beyond that the oldest are forgotten, so when one source runs more
+than `PAIR_DEPTH` events of one GPU and Xid ahead of the other within the
+window, the excess is counted twice rather than lost. At most `MAX_KEYS`
+GPU/Xid pairs are kept (those with nothing left to pair go first).
+
 State (`to_json`): the kmsg cursor (last sequence number), the active
 findings with their expiry (CLOCK_MONOTONIC, valid for the boot), the
 counters; the source saves it with the boot id, so a restart resumes and a
@@ -21,20 +32,32 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 from ..findings import Finding, Sample, Severity
-from ..parsers.xid import KIND_DRIVER_LOADED, KIND_FALLEN_OFF_BUS
+from ..parsers.xid import KIND_DRIVER_LOADED, KIND_FALLEN_OFF_BUS, KIND_SXID, KIND_XID
 from ..statedir import Damaged, integer, number, obj, seq, text
 from .catalog import CATALOG
-from .xid_catalog import ACTION_TEXT, classify, metric_label
+from .xid_catalog import (
+    ACTION_TEXT,
+    NVLINK5_XIDS,
+    XID_FALLEN_OFF_BUS,
+    XID_RECOVERY_ACTION,
+    Verdict,
+    classify,
+    metric_label,
+)
 
 CHECK = "xid"
+PAIR_DEPTH = 64  # unmatched sightings kept per GPU, Xid and source
+MAX_KEYS = 4096  # GPU/Xid pairs with sightings kept
+_SOURCES = ("kmsg", "nvml")
+_SOURCES_79 = ("kmsg", "nvml", "kmsg-fallen")  # a fallen-off-the-bus line is a third sighting of Xid 79
+_MESSAGE_XIDS = NVLINK5_XIDS | {XID_RECOVERY_ACTION}  # Xids whose verdict depends on the line's text, as SXids' does
 
 
-@dataclass(frozen=True, slots=True)
-class Event:
+class Event(NamedTuple):
     source: str  # "kmsg" | "nvml"
     kind: int
     xid: int
@@ -42,14 +65,6 @@ class Event:
     message: str
     at: float  # CLOCK_MONOTONIC when it happened (start of its hold)
     backlog: bool = False
-
-
-@dataclass
-class _Recent:
-    pci: str
-    xid: int
-    seen_at: float
-    tokens: set[str] = field(default_factory=set)
 
 
 @dataclass
@@ -75,11 +90,14 @@ class XidStream:
         self.window, self.app_hold, self.coverage_hold = dedupe_window, app_hold, coverage_hold
         self.overrides, self.subject_of, self.clock = overrides, subject_of, clock
         self.active: dict[tuple[str, str], Active] = {}
-        self.recent: deque[_Recent] = deque()
+        # (pci, xid) -> source -> times of the sightings that source has not matched yet
+        self.unmatched: dict[tuple[str, int], dict[str, deque[float]]] = {}
+        self._verdicts: dict[tuple[int, int], Verdict | None] = {}
         self.counts: dict[tuple[str, str], int] = {}
         self.source_events: dict[str, int] = {"kmsg": 0, "nvml": 0}
         self.cursor: int | None = None
         self.records_read = self.lost = self.gaps = 0
+        self.not_kernel = 0  # NVIDIA-looking events in records a process wrote (not facility kern)
         self.coverage_until = 0.0
         self.coverage_message = ""
 
@@ -106,7 +124,7 @@ class XidStream:
         self.source_events[ev.source] = self.source_events.get(ev.source, 0) + 1
         if ev.kind == KIND_DRIVER_LOADED:
             return self._driver_loaded()
-        verdict = classify(ev.kind, ev.xid, ev.message, self.overrides)
+        verdict = self._verdict(ev)
         if verdict is None:
             return False
         subject, gpu = self.subject_of(ev.pci, ev.kind)
@@ -130,18 +148,54 @@ class XidStream:
             self.active[(subject, verdict.reason)] = Active(verdict.severity, msg, verdict.action, until)
         return True
 
+    def _verdict(self, ev: Event) -> Verdict | None:
+        """`classify`, remembered per kind and Xid where the message does not change it."""
+        if ev.kind == KIND_SXID or (ev.kind == KIND_XID and ev.xid in _MESSAGE_XIDS):
+            return classify(ev.kind, ev.xid, ev.message, self.overrides)
+        key = (ev.kind, ev.xid)
+        v = self._verdicts.get(key, False)
+        if v is False:
+            if len(self._verdicts) >= MAX_KEYS:
+                self._verdicts.clear()
+            v = self._verdicts[key] = classify(ev.kind, ev.xid, ev.message, self.overrides)
+        return v  # type: ignore[return-value]
+
     def _duplicate(self, ev: Event, xid: int) -> bool:
+        if ev.backlog or not ev.pci:
+            return False
         now = self.clock()
-        while self.recent and now - self.recent[0].seen_at > self.window:
-            self.recent.popleft()
         token = "kmsg-fallen" if ev.kind == KIND_FALLEN_OFF_BUS else ev.source
-        if not ev.backlog and ev.pci:
-            for r in self.recent:
-                if r.pci == ev.pci and r.xid == xid and token not in r.tokens:
-                    r.tokens.add(token)
+        key = (ev.pci, xid)
+        waiting = self.unmatched.get(key)
+        if waiting is None:
+            if len(self.unmatched) >= MAX_KEYS:
+                self._prune(now)
+            waiting = self.unmatched[key] = {}
+        else:
+            mine = waiting.get(token)
+            if mine:
+                while mine and now - mine[0] > self.window:
+                    mine.popleft()
+                if mine:
+                    mine.popleft()  # the oldest sighting this source had not matched: the same event
                     return True
-            self.recent.append(_Recent(ev.pci, xid, now, {token}))
+        for other in _SOURCES_79 if xid == XID_FALLEN_OFF_BUS else _SOURCES:
+            if other != token:
+                q = waiting.get(other)
+                if q is None:
+                    q = waiting[other] = deque(maxlen=PAIR_DEPTH)
+                q.append(now)
         return False
+
+    def _prune(self, now: float) -> None:
+        """Makes room for a new GPU/Xid pair: drops those with nothing left to
+        pair within the window, else the oldest half (insertion order)."""
+        stale = [k for k, w in self.unmatched.items() if not any(q and now - q[-1] <= self.window for q in w.values())]
+        for k in stale:
+            del self.unmatched[k]
+        if len(self.unmatched) >= MAX_KEYS:
+            for k in list(self.unmatched)[: MAX_KEYS // 2]:
+                del self.unmatched[k]
 
     def _driver_loaded(self) -> bool:
         # A driver (re)load resets every GPU: what needed a GPU reset is done.
@@ -177,6 +231,7 @@ class XidStream:
         out.append(Sample("node_health_kmsg_records_read_total", self.records_read))
         out.append(Sample("node_health_kmsg_records_lost_total", self.lost))
         out.append(Sample("node_health_kmsg_gaps_total", self.gaps))
+        out.append(Sample("node_health_kmsg_not_kernel_events_total", self.not_kernel))
         return out
 
     # ------------------------------------------------------------ persistence
@@ -188,6 +243,7 @@ class XidStream:
             "counts": [[g, x, n] for (g, x), n in self.counts.items()],
             "lost": self.lost,
             "gaps": self.gaps,
+            "not_kernel": self.not_kernel,
             "coverage": [self.coverage_until, self.coverage_message],
         }
 
@@ -198,6 +254,7 @@ class XidStream:
             self.active[(s, r)] = Active(Severity(sev), msg, action, until, count)
         self.counts = {(g, x): n for g, x, n in data.get("counts", [])}
         self.lost, self.gaps = data.get("lost", 0), data.get("gaps", 0)
+        self.not_kernel = data.get("not_kernel", 0)
         self.coverage_until, self.coverage_message = data.get("coverage", [0.0, ""])
 
 
@@ -221,6 +278,7 @@ def check_saved(raw: Any) -> dict[str, Any]:
         integer(n, f"stream.counts[{i}].count")
     integer(d.get("lost", 0), "stream.lost")
     integer(d.get("gaps", 0), "stream.gaps")
+    integer(d.get("not_kernel", 0), "stream.not_kernel")
     until, message = _row(d.get("coverage", [0.0, ""]), 2, "stream.coverage")
     number(until, "stream.coverage[0]")
     text(message, "stream.coverage[1]")

@@ -29,9 +29,19 @@ Formats (open-gpu-kernel-modules ``kernel_rc.c``, ``osinit.c``, ``osapi.c``,
     NVRM: rm_init_adapter failed, device minor number 0
     NVRM: loading NVIDIA UNIX Open Kernel Module for x86_64  570.158.01  Release Build  ...            (driver (re)loaded)
 
+Facility: a raw ``/dev/kmsg`` record (``prio,seq,usec,flags;``) and a printk
+or ``dmesg -r`` level prefix (``<prio>``) state the syslog priority,
+``facility << 3 | level``. The kernel's own lines have facility 0 (kern);
+what a process writes to ``/dev/kmsg`` never has (the kernel gives it
+``user`` or the non-zero facility its ``<N>`` names: see `agent.gpu.kmsg`), so
+``12,…;NVRM: Xid …`` is a process's line, not the driver's. ``dmesg`` and
+journal text state none (`NO_FACILITY`). The first line of a multi-line
+message lends its PCI address only to a line of the same facility.
+
 Record: ``line`` (0-based index of the line the event is reported on),
 ``kind`` (`KIND_*`), ``xid`` (0 when the kind has none), ``caused_by`` (the
-Xid named by `` caused by previous Xid N``, else 0); strings ``pci`` exactly as
+Xid named by `` caused by previous Xid N``, else 0), ``facility`` (0 to 255
+as stated, `NO_FACILITY` when the line states none); strings ``pci`` exactly as
 printed (without ``PCI:``), ``pid`` exactly as printed (``'<unknown>'`` kept),
 ``name``, ``mig`` (``GPU-I:05 GPU-CI:01``), ``message`` (the text after the Xid
 number and pid/name, or after ``NVRM: `` for other kinds) and ``time`` (the
@@ -60,6 +70,8 @@ KIND_NAMES = {
 
 # How many lines the three-line "fallen off the bus" message at probe may span.
 MULTILINE_SPAN = 3
+KERNEL_FACILITY = 0
+NO_FACILITY = 256  # the line states no facility (dmesg, journal text); stated ones are 0..255
 
 _WS = b" \t\n\r\x0b\x0c"
 _HEX = frozenset(b"0123456789abcdefABCDEF:.")
@@ -70,6 +82,7 @@ class XidRecord(NamedTuple):
     kind: int
     xid: int
     caused_by: int
+    facility: int
     pci: str
     pid: str
     name: str
@@ -81,25 +94,32 @@ class XidRecord(NamedTuple):
     def kind_name(self) -> str:
         return KIND_NAMES[self.kind]
 
+    @property
+    def from_kernel(self) -> bool:
+        """Facility kern, or none stated (dmesg and journal text)."""
+        return self.facility in (KERNEL_FACILITY, NO_FACILITY)
+
 
 def parse(data: bytes) -> list[XidRecord]:
     out: list[XidRecord] = []
     pending = b""  # PCI address from "NVRM: The NVIDIA GPU <pci>"
-    pending_line = -MULTILINE_SPAN
+    pending_line, pending_facility = -MULTILINE_SPAN, NO_FACILITY
     for i, raw in enumerate(data.split(b"\n")):
-        time, marker, rest = _locate(raw.rstrip(_WS))
+        line = raw.rstrip(_WS)
+        time, marker, rest = _locate(line)
         if marker == b"":
             continue
+        facility = _facility(line)
         if marker == b"S":
             rec = _sxid(rest)
         elif rest.startswith(b"Xid ("):
             rec = _xid(rest[5:])
         elif rest.startswith(b"The NVIDIA GPU ") and b"fallen off the bus" not in rest:
-            pending, pending_line = _pci_token(rest[15:]), i
+            pending, pending_line, pending_facility = _pci_token(rest[15:]), i, facility
             continue
         elif b"fallen off the bus" in rest:
             pci = _fallen_pci(rest)
-            if pci == b"" and i - pending_line < MULTILINE_SPAN:
+            if pci == b"" and i - pending_line < MULTILINE_SPAN and pending_facility == facility:
                 pci = pending
             pending, pending_line = b"", -MULTILINE_SPAN
             rec = (KIND_FALLEN_OFF_BUS, 0, 0, pci, b"", b"", b"", rest)
@@ -112,7 +132,7 @@ def parse(data: bytes) -> list[XidRecord]:
             continue
         if rec is not None:
             kind, xid, caused, pci, pid, name, mig, msg = rec
-            out.append(XidRecord(i, kind, xid, caused, *(decode(s) for s in (pci, pid, name, mig, msg, time))))
+            out.append(XidRecord(i, kind, xid, caused, facility, *(decode(s) for s in (pci, pid, name, mig, msg, time))))
     return out
 
 
@@ -143,6 +163,19 @@ def _locate(line: bytes) -> tuple[bytes, bytes, bytes]:
     else:
         return b"", b"", b""
     return time, marker, line[p + skip :]
+
+
+def _facility(line: bytes) -> int:
+    """The facility a line states: ``<prio>`` at its start, or the first field
+    of a ``prio,seq,usec[,…];`` kmsg prefix; `NO_FACILITY` for neither."""
+    if line.startswith(b"<"):
+        end = line.find(b">")
+        prio = u64(line[1:end]) if end > 1 else None
+    else:
+        head, sep, _ = line.partition(b";")
+        f = head.split(b",", 3)
+        prio = u64(f[0]) if sep and len(f) >= 3 and u64(f[1]) is not None else None
+    return NO_FACILITY if prio is None else min(prio >> 3, 255)
 
 
 def _is_iso(tok: bytes) -> bool:

@@ -2,8 +2,8 @@
 //! failures. Formats and the exact semantics are documented in the Python twin
 //! `agent/parsers/xid.py`; this module mirrors it byte for byte.
 //!
-//! Record: 4 numbers (line index, kind, xid, caused-by xid) and 6 strings
-//! (pci as printed, pid as printed, name, MIG suffix, message, time).
+//! Record: 5 numbers (line index, kind, xid, caused-by xid, facility) and 6
+//! strings (pci as printed, pid as printed, name, MIG suffix, message, time).
 
 use crate::ffi::Out;
 use crate::text::{fields, is_ws, parse_u64, trim};
@@ -14,6 +14,8 @@ pub const KIND_FALLEN_OFF_BUS: u64 = 3;
 pub const KIND_RMINIT_FAILED: u64 = 4;
 pub const KIND_DRIVER_LOADED: u64 = 5;
 const MULTILINE_SPAN: i64 = 3;
+/// The line states no syslog facility (dmesg, journal text); stated ones are 0..=255.
+pub const NO_FACILITY: u64 = 256;
 
 struct Rec<'a> {
     kind: u64,
@@ -35,10 +37,12 @@ enum Marker {
 pub fn parse(input: &[u8], out: &mut Out) {
     let mut pending: &[u8] = b"";
     let mut pending_line: i64 = -MULTILINE_SPAN;
+    let mut pending_facility = NO_FACILITY;
     let mut time = Vec::with_capacity(32);
     for (i, raw) in (Lines { rest: Some(input) }).enumerate() {
         let line = rtrim(raw);
         let Some((marker, rest)) = locate(line, &mut time) else { continue };
+        let facility = facility(line);
         let rec = if marker == Marker::NvSwitch {
             sxid(rest)
         } else if let Some(s) = rest.strip_prefix(b"Xid (") {
@@ -46,10 +50,11 @@ pub fn parse(input: &[u8], out: &mut Out) {
         } else if let (Some(s), false) = (rest.strip_prefix(b"The NVIDIA GPU "), contains(rest, b"fallen off the bus")) {
             pending = pci_token(s);
             pending_line = i as i64;
+            pending_facility = facility;
             continue;
         } else if contains(rest, b"fallen off the bus") {
             let mut pci = fallen_pci(rest);
-            if pci.is_empty() && (i as i64) - pending_line < MULTILINE_SPAN {
+            if pci.is_empty() && (i as i64) - pending_line < MULTILINE_SPAN && pending_facility == facility {
                 pci = pending;
             }
             pending = b"";
@@ -71,6 +76,7 @@ pub fn parse(input: &[u8], out: &mut Out) {
             out.num(r.kind);
             out.num(r.xid);
             out.num(r.caused);
+            out.num(facility);
             out.str(r.pci);
             out.str(r.pid);
             out.str(r.name);
@@ -182,6 +188,29 @@ fn locate<'a>(line: &'a [u8], time: &mut Vec<u8>) -> Option<(Marker, &'a [u8])> 
         return None;
     }
     Some((marker, &line[p + skip..]))
+}
+
+/// The syslog facility a line states: `<prio>` at its start, or the first field
+/// of a `prio,seq,usec[,…];` kmsg prefix (the first `;` of the line); else `NO_FACILITY`.
+fn facility(line: &[u8]) -> u64 {
+    let prio = if let Some(rest) = line.strip_prefix(b"<") {
+        match rest.iter().position(|&b| b == b'>') {
+            Some(end) if end > 0 => parse_u64(&rest[..end]),
+            _ => None,
+        }
+    } else {
+        match line.iter().position(|&b| b == b';') {
+            Some(semi) => {
+                let mut f = line[..semi].splitn(4, |&b| b == b',');
+                match (f.next(), f.next(), f.next()) {
+                    (Some(p), Some(seq), Some(_)) if parse_u64(seq).is_some() => parse_u64(p),
+                    _ => None,
+                }
+            }
+            None => None,
+        }
+    };
+    prio.map_or(NO_FACILITY, |p| (p >> 3).min(255))
 }
 
 /// `2025-01-25T10:34:54,859532+00:00` (dmesg --time-format iso): four digits, a dash, a T.
@@ -359,8 +388,17 @@ mod tests {
     #[test]
     fn xid_with_pid_and_name() {
         let (n, s) = run(b"[  123.456789] NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python3, GPU has fallen off the bus.");
-        assert_eq!(n, vec![0, KIND_XID, 79, 0]);
+        assert_eq!(n, vec![0, KIND_XID, 79, 0, NO_FACILITY]);
         assert_eq!(s, b"0000:3b:00\x001234\x00python3\x00\x00GPU has fallen off the bus.\x00123.456789\x00");
+    }
+
+    #[test]
+    fn facility_of_kmsg_records_and_level_prefixes() {
+        assert_eq!(run(b"3,2045,191045112,-;NVRM: Xid (PCI:0000:3b:00): 48, DBE").0[4], 0);
+        assert_eq!(run(b"12,351,1009035642,-;NVRM: Xid (PCI:0000:3b:00): 79, forged").0[4], 1);
+        assert_eq!(run(b"<30>NVRM: Xid (PCI:0000:3b:00): 79, x").0[4], 3);
+        assert_eq!(run(b"99999,1,1,-;NVRM: Xid (PCI:0000:3b:00): 79, x").0[4], 255);
+        assert_eq!(run(b"<4x>NVRM: Xid (PCI:0000:3b:00): 79, x").0[4], NO_FACILITY);
     }
 
     #[test]
