@@ -104,7 +104,7 @@ def test_nvidia_lines_a_process_wrote_are_counted_and_logged_once_never_findings
     """What a process writes to /dev/kmsg reads back with a facility other than
     kern: a plain write as 12 (user.warning), <0> as 8, <30> as 30 (daemon)."""
     scenario.set([h100(0), h100(1)])
-    caplog.set_level(logging.WARNING, logger="agent.gpu.xidsource")
+    caplog.set_level(logging.WARNING, logger="agent.gpu.xid_source")
     _, out = start()
     for prio in (12, 8, 30):
         log.add(XID79, prio=prio)

@@ -21,7 +21,7 @@ from agentproc import Agent, wait_for
 from fuse_hang import FuseHangProcess
 from mountns import MountNamespace
 
-from agent.checks.disk_probes import nearest_existing
+from agent.disk.probes import nearest_existing
 from agent.probeproc import IsolatedProber, WorkerGone
 
 pytestmark = [pytest.mark.privileged, pytest.mark.timeout(180)]
@@ -100,7 +100,7 @@ def test_hung_call_in_the_worker_is_reported_and_the_others_answer(mount_ns, dea
         import json, os, sys
         from functools import partial
         from agent.probeproc import IsolatedProber
-        from agent.checks.disk_probes import probe
+        from agent.disk.probes import probe
         p = IsolatedProber("test")
         out = []
         for key in ("dead", "dead", "tmp"):

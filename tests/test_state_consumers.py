@@ -17,9 +17,9 @@ from fakenvml.fixtures import *  # noqa: F403 - fixtures
 from kube_support import NODE, PREFIX, fake, make_reconciler, settings, wait_for  # noqa: F401 - fixtures
 from test_kube_daemon import BASE, _get, agent_run  # noqa: F401 - fixture
 
-from agent import state
+from agent import statedir as state
 from agent.checks.gpu import GpuCheck
-from agent.gpu.xidsource import XidSource
+from agent.gpu.xid_source import XidSource
 
 
 def set_aside(directory: str | Path, name: str) -> list[str]:

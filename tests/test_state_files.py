@@ -14,15 +14,15 @@ from typing import Any
 
 import pytest
 
-from agent import state
-from agent.state import StateDir, StateFile
+from agent import statedir as state
+from agent.statedir import StateDir, StateFile
 
 # Every module that declares a state file (importing them registers the files).
 DECLARING = (
-    "agent.checks.net_links",
+    "agent.network.links",
     "agent.burn.preflight",
     "agent.gpu.poller",
-    "agent.gpu.xidsource",
+    "agent.gpu.xid_source",
     "agent.traffic.tally",
     "agent.kube.reconciler",
 )
@@ -121,7 +121,7 @@ def test_damaged_file_is_set_aside_logged_counted_and_starts_fresh(
     (tmp_path / name).write_bytes(content)
     sd = StateDir(str(tmp_path))
     before = state.rejected()[name]
-    with caplog.at_level(logging.INFO, logger="agent.state"):
+    with caplog.at_level(logging.INFO, logger="agent.statedir"):
         assert sd.load(specs()[name]) is None
     [aside] = os.listdir(tmp_path)
     assert aside.startswith(f"{name}.bad-")
@@ -153,10 +153,11 @@ def test_unreadable_file_is_left_in_place(tmp_path: Path) -> None:
 
 def test_rejections_are_exported(tmp_path: Path) -> None:
     from agent.metrics import collect_series
+    from agent.registry import CATALOG
     from agent.store import Store
 
     (tmp_path / "burn.json").write_text("[]")
     StateDir(str(tmp_path)).load(specs()["burn.json"])
-    series = dict(collect_series(Store().snapshot())["node_health_state_file_rejected_total"])
+    series = dict(collect_series(Store().snapshot(), CATALOG)["node_health_state_file_rejected_total"])
     assert series[(("file", "burn.json"),)] == state.rejected()["burn.json"] >= 1
     assert (("file", "kubernetes.json"),) in series, "every declared file is exported, 0 until one is rejected"

@@ -20,6 +20,7 @@ from webcerts import Certs, make_certs, make_leaf
 from agent.config import MetricsSection
 from agent.findings import Sample
 from agent.metrics import build_registry
+from agent.registry import CATALOG
 from agent.store import Store
 from agent.web.server import MetricsServer, WebCounters
 from agent.web.settings import load_file
@@ -40,7 +41,7 @@ class Served:
             web = load_file(str(tmp / "web.yml"))
         store = Store()
         store.tick()
-        self.server = MetricsServer(MetricsSection(listen=f"127.0.0.1:{self.port}"), build_registry(store), store,
+        self.server = MetricsServer(MetricsSection(listen=f"127.0.0.1:{self.port}"), build_registry(store, CATALOG), store,
                                     web=web, counters=WebCounters(self.published.append))
         self.server.start()
 
@@ -212,7 +213,7 @@ def test_a_kubelet_secret_update_is_served_without_a_restart(
     (secret / "web.yml").write_text("tls_server_config:\n  cert_file: tls.crt\n  key_file: tls.key\n")
     store = Store()
     store.tick()
-    server = MetricsServer(MetricsSection(listen=f"127.0.0.1:{(port := free_port())}"), build_registry(store), store,
+    server = MetricsServer(MetricsSection(listen=f"127.0.0.1:{(port := free_port())}"), build_registry(store, CATALOG), store,
                            web=load_file(str(secret / "web.yml")))
     server.start()
     try:
