@@ -16,10 +16,8 @@ from agent.store import Snapshot
 from fakeapi import FakeApiServer
 from kube_support import (
     NODE, PREFIX, Clock, fake, finding, make_reconciler, our_taints, settings, snapshot,  # noqa: F401
-    test_reasons,  # noqa: F401
 )
 
-pytestmark = pytest.mark.usefixtures("test_reasons")
 SLOW = HysteresisSection(raise_cycles=3, raise_after=300, clear_cycles=4, clear_after=600)
 TAINT = (PREFIX + "disk", "FakeDiskFull", "NoSchedule")
 DAMAGE = {"list": "[1]", "cut short": '{"version": 1, "act', "absent": None}
