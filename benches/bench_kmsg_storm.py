@@ -33,7 +33,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))  # conftest
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "support"))
 
 from _agent import Agent, free_port  # noqa: E402
 

@@ -27,7 +27,8 @@ import tempfile
 import time
 from typing import Any
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))  # conftest
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "support"))
 
 from agent import config  # noqa: E402
 from agent.kube.api import KubeApi, Stats  # noqa: E402

@@ -18,7 +18,8 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))  # conftest
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "support"))
 
 from fakeapi import FakeApiServer  # noqa: E402
 from fakeapi.cluster import Watcher  # noqa: E402

@@ -19,7 +19,8 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))  # conftest
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "support"))
 
 from agent.kube import actuator  # noqa: E402
 from fakeapi import FakeApiServer  # noqa: E402

@@ -11,10 +11,15 @@ import os
 import shutil
 import subprocess
 import sys
+import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+
+# Shared helpers (launchers, fakes, fixtures builders) live in tests/support/ and are
+# imported by their module name from the tests of every folder.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "support"))
 
 CI_STRICT = os.environ.get("NHA_REQUIRE_PRIVILEGED") == "1"
 
@@ -124,7 +129,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 @pytest.fixture
 def mount_ns() -> Iterator[Any]:
-    """A private mount and pid namespace (tests/mountns.py), killed after the test."""
+    """A private mount and pid namespace (tests/support/mountns.py), killed after the test."""
     from mountns import MountNamespace
 
     require_tool("unshare")
@@ -157,7 +162,7 @@ def host_firewall_untouched() -> Iterator[None]:
 @pytest.fixture(scope="module")
 def fake_gpu_libs(tmp_path_factory: pytest.TempPathFactory) -> str:
     """A folder with the fake libnvidia-ml.so.1, libcuda.so.1 and
-    libcublas.so.12 (tests/fakenvml, tests/fakelibcuda), for the real burn
+    libcublas.so.12 (tests/fakenvml, tests/support/fakelibcuda), for the real burn
     worker through the real cuda-bindings and NVRTC."""
     import fakelibcuda
     import fakenvml

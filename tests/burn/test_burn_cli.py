@@ -1,7 +1,7 @@
 """`agent burn` and `agent selftest --burn`: exit codes (0 pass, 1 fail or
 not tested, 2 bad input), the table, --json. GPUs come from a sysfs fixture
 (NVIDIA display devices on the PCI bus, no driver here, so no NVML) and the
-stand-in worker (tests/fakeburn/worker.py) plays the GPUs."""
+stand-in worker (tests/support/fakeburn/worker.py) plays the GPUs."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from agent.burn import builtin
 from agent.burn.runner import pci_gpu_count
 from agent.hostpaths import HostPaths
 
-FAKE = str(Path(__file__).parent / "fakeburn" / "worker.py")
+FAKE = str(Path(__file__).parent.parent / "support" / "fakeburn" / "worker.py")
 
 
 def test_pci_gpu_count(tmp_path: Path) -> None:

@@ -17,7 +17,7 @@ from agent.burn.model import BurnPlan, Fault
 from agent.burn.orchestrator import run_burn
 from agent.burn.verdict import Thresholds
 
-FIXTURES = Path(__file__).parent / "fixtures" / "dcgm"
+FIXTURES = Path(__file__).parent.parent / "fixtures" / "dcgm"
 
 
 def fixture(name: str) -> str:

@@ -1,6 +1,6 @@
 """The real burn worker, end to end, through the real cuda-bindings, the real
 NVRTC and our ctypes cuBLAS layer, against a CPU stand-in for the driver and
-cuBLAS (tests/fakelibcuda): every CUDA call the worker makes is checked the
+cuBLAS (tests/support/fakelibcuda): every CUDA call the worker makes is checked the
 way the driver checks it (live allocations, a CUDA ELF that holds the
 kernels, launch shapes, GEMM types and leading dimensions), and faults are
 injected where a sick GPU has them."""
@@ -134,7 +134,7 @@ def driver(fake_gpu_libs: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[obje
 
 def backend_burn(n: int, hang_timeout: float = 30.0) -> object:
     """Stragglers are off: CPU "GPUs" sharing two cores run at whatever speed
-    the scheduler gives them (tests/test_burn_verdict.py holds that math)."""
+    the scheduler gives them (tests/burn/test_burn_verdict.py holds that math)."""
     plan = BurnPlan(seconds=1.0, matrix_size=N, memory_fraction=0.25, hang_timeout=hang_timeout)
     return run_burn(BuiltinBackend(), gpus(n), plan, NoWatch("test"), Thresholds(straggler_fraction=0))
 

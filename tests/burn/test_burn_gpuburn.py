@@ -1,5 +1,5 @@
 """The built-in burn's procedure (agent.burn.gpuburn) on a CPU stand-in for
-the device (tests/fakecuda.py: the kernels run as their Python twins): the
+the device (tests/support/fakecuda.py: the kernels run as their Python twins): the
 counters, the digest comparison, the host check of sampled elements and the
 memory passes add up, and injected faults are found and counted."""
 

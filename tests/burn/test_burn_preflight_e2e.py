@@ -1,6 +1,6 @@
 """The preflight as a node lives it: `agent run` starts on a fresh boot with
 two GPUs (fake NVML), the real burn workers run through the real
-cuda-bindings on the CPU fake driver (tests/fakelibcuda), and the fake API
+cuda-bindings on the CPU fake driver (tests/support/fakelibcuda), and the fake API
 server sees the node held with `<prefix>preflight` until the burn passes, or
 kept held with an event naming the GPU that failed."""
 

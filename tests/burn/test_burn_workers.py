@@ -1,5 +1,5 @@
 """The built-in backend's real process machinery, with a stand-in worker
-(tests/fakeburn/worker.py) that speaks the worker protocol: one process per
+(tests/support/fakeburn/worker.py) that speaks the worker protocol: one process per
 GPU, a hung one killed at its deadline while the others finish, a crash or a
 missing driver reported for what it is, and no worker outliving the agent."""
 
@@ -23,7 +23,7 @@ from agent.burn.model import BurnPlan, Fault
 from agent.burn.orchestrator import run_burn
 from agent.burn.verdict import Thresholds
 
-FAKE = str(Path(__file__).parent / "fakeburn" / "worker.py")
+FAKE = str(Path(__file__).parent.parent / "support" / "fakeburn" / "worker.py")
 PLAN = BurnPlan(seconds=0.2, matrix_size=8192, hang_timeout=3.0)
 
 
@@ -113,7 +113,7 @@ def test_workers_die_with_the_agent(scenario, tmp_path: Path) -> None:
     script.write_text(
         textwrap.dedent(f"""
         import sys
-        sys.path.insert(0, {str(Path(__file__).parent)!r})
+        sys.path.insert(0, {str(Path(__file__).parent.parent / 'support')!r})
         from burnfakes import gpus
         from agent.burn.backend import NoWatch
         from agent.burn.builtin import BuiltinBackend

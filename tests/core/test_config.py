@@ -21,7 +21,7 @@ def test_shipped_config_documents_every_key() -> None:
     """config/agent.toml spells out every key with its default, not just a subset."""
     from pathlib import Path
 
-    shipped = tomllib.loads((Path(__file__).parent.parent / "config" / "agent.toml").read_text())
+    shipped = tomllib.loads((Path(__file__).parent.parent.parent / "config" / "agent.toml").read_text())
     assert shipped == schema.plain(config.defaults())
 
 

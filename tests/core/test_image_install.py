@@ -19,7 +19,7 @@ from conftest import require_tool
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).parent.parent
+ROOT = Path(__file__).parent.parent.parent
 DOCKERFILE = ROOT / "daemonset" / "Dockerfile"
 SCRIPT = ROOT / "daemonset" / "wheels.sh"
 PINS = ROOT / "daemonset" / "constraints.txt"

@@ -1,7 +1,7 @@
 """A probe stuck on a dead mount can neither keep the agent alive after SIGTERM
 nor hold its state-dir lock (DESIGN rule 1); a restarted agent comes up on the
 same state dir while the mount is still hung. The FUSE server of
-tests/fuse_hang.py never answers statfs, as a dead NFS server would not."""
+tests/support/fuse_hang.py never answers statfs, as a dead NFS server would not."""
 
 from __future__ import annotations
 

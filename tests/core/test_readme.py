@@ -5,7 +5,7 @@ commands are the ones CI runs.
 
 To refresh the tables after changing the schema or the catalog (the test then
 skips, as it compared nothing; refused under CI=true, see conftest.pytest_configure):
-    NHA_UPDATE_README=1 python -m pytest tests/test_readme.py
+    NHA_UPDATE_README=1 python -m pytest tests/core/test_readme.py
 """
 
 from __future__ import annotations
@@ -22,11 +22,11 @@ from conftest import update_requested
 from agent import docs
 from agent.registry import CATALOG, FEATURES
 
-ROOT = Path(__file__).parent.parent
+ROOT = Path(__file__).parent.parent.parent
 README = ROOT / "README.md"
 DOCS = sorted((ROOT / "docs").glob("*.md"))
 BLOCK = re.compile(r"(<!-- BEGIN agent docs (\w+)(?: (\w+))? -->\n)(.*?)(<!-- END agent docs \2(?: \3)? -->)", re.S)
-STALE = "generated tables are stale: NHA_UPDATE_README=1 python -m pytest tests/test_readme.py"
+STALE = "generated tables are stale: NHA_UPDATE_README=1 python -m pytest tests/core/test_readme.py"
 
 
 def _refresh(path: Path) -> tuple[str, str, set[tuple[str, str | None]]]:

@@ -1,5 +1,5 @@
 """A dead mount must not hang the disk check: statfs on a FUSE filesystem that
-never answers (tests/fuse_hang.py) stands in for a dead NFS server."""
+never answers (tests/support/fuse_hang.py) stands in for a dead NFS server."""
 
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ import yaml
 
 from agent.config import parse
 
-ROOT = os.path.join(os.path.dirname(__file__), "..", "daemonset")
+ROOT = os.path.join(os.path.dirname(__file__), "..", "..", "daemonset")
 K8S_VERSION = "1.32"  # VAP v1: 1.30; the node-name claim in bound tokens: GA in 1.32
 AGENT = "system:serviceaccount:node-health:node-health-agent"
 
@@ -228,7 +228,7 @@ def test_policy_uses_the_configured_prefixes() -> None:
 
 
 def test_image_runs_the_command_the_daemonset_gives() -> None:
-    dockerfile = (Path(__file__).parent.parent / "daemonset" / "Dockerfile").read_text()
+    dockerfile = (Path(__file__).parent.parent.parent / "daemonset" / "Dockerfile").read_text()
     assert 'ENTRYPOINT ["agent"]' in dockerfile and "iptables nftables" in dockerfile
     (c,) = find("DaemonSet")["spec"]["template"]["spec"]["containers"]
     assert c["args"][0] == "run" and c["args"][1:] == ["--config", "/etc/node-health-agent/agent.toml"]

@@ -92,7 +92,7 @@ def test_rendered_objects_are_valid(rendering: str) -> None:
 def test_helm_lint_is_clean() -> None:
     import helm_python
 
-    report = helm_python.lint(str(Path(__file__).parent.parent / "charts" / "node-health-agent"), NODES,
+    report = helm_python.lint(str(Path(__file__).parent.parent.parent / "charts" / "node-health-agent"), NODES,
                               namespace=NAMESPACE, strict=True, kube_version="v1.32.0")
     assert report["errors"] == [] and [m for m in report["messages"] if m["severity"] >= 2] == [], report
 
@@ -156,7 +156,7 @@ def test_driver_root_doubled_under_rootfs_is_what_the_test_catches(tmp_path: Pat
 
 
 def test_kustomize_sets_the_image_from_images(base: list[dict[str, Any]]) -> None:
-    raw = (Path(__file__).parent.parent / "daemonset" / "daemonset.yaml").read_text()
+    raw = (Path(__file__).parent.parent.parent / "daemonset" / "daemonset.yaml").read_text()
     assert "image: node-health-agent  #" in raw, "daemonset.yaml names the image; kustomization.yaml tags it"
     assert container(base)["image"] == "node-health-agent:0.1.0"
 

@@ -3,7 +3,7 @@
 rules file, a runbook for every alert, and only metrics the catalog declares.
 
 To rewrite daemonset/prometheusrule.yaml after changing the rules file:
-    NHA_UPDATE_ALERTS=1 python -m pytest tests/test_alerts.py
+    NHA_UPDATE_ALERTS=1 python -m pytest tests/metrics/test_alerts.py
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from promql import PROMETHEUS_SERIES, metric_names
 
 from agent.registry import CATALOG
 
-ROOT = Path(__file__).parent.parent
+ROOT = Path(__file__).parent.parent.parent
 RULES = ROOT / "alerts" / "node-health-agent.rules.yml"
 UNIT_TESTS = sorted((ROOT / "alerts" / "tests").glob("*.test.yml"))
 PROMETHEUS_RULE = ROOT / "daemonset" / "prometheusrule.yaml"
@@ -29,7 +29,7 @@ RUNBOOK_BASE = "https://github.com/node-health-agent/node-health-agent/blob/main
 PROMETHEUS_RULE_HEAD = """\
 # The alert rules as a Prometheus Operator PrometheusRule: generated from
 # alerts/node-health-agent.rules.yml (the canonical file; runbooks in docs/alerts.md).
-# Do not edit: NHA_UPDATE_ALERTS=1 python -m pytest tests/test_alerts.py rewrites it.
+# Do not edit: NHA_UPDATE_ALERTS=1 python -m pytest tests/metrics/test_alerts.py rewrites it.
 # The Prometheus' ruleSelector must match these labels (kube-prometheus-stack:
 # ruleSelectorNilUsesHelmValues=false, or add its release label here).
 """
@@ -67,7 +67,7 @@ def test_the_prometheusrule_carries_the_rules_file() -> None:
     if update_requested("NHA_UPDATE_ALERTS"):
         PROMETHEUS_RULE.write_text(text)
     assert yaml.safe_load(PROMETHEUS_RULE.read_text()) == prometheus_rule(), (
-        "daemonset/prometheusrule.yaml differs from alerts/: NHA_UPDATE_ALERTS=1 python -m pytest tests/test_alerts.py"
+        "daemonset/prometheusrule.yaml differs from alerts/: NHA_UPDATE_ALERTS=1 python -m pytest tests/metrics/test_alerts.py"
     )
 
 

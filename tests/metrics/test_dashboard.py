@@ -16,7 +16,7 @@ from promql import PROMETHEUS_SERIES, metric_names, promtool_parses
 
 from agent.registry import CATALOG
 
-DASHBOARD = Path(__file__).parent.parent / "dashboards" / "node-health-agent.json"
+DASHBOARD = Path(__file__).parent.parent.parent / "dashboards" / "node-health-agent.json"
 FLEET_PANELS = {
     "Nodes by state",
     "Active findings by reason",

@@ -4,7 +4,7 @@ masked). Any metric added, renamed, relabelled or dropped shows here.
 
 To refresh after an intended change (the run then skips, as it compared
 nothing; refused under CI=true, see conftest.pytest_configure):
-    NHA_UPDATE_GOLDEN=1 python -m pytest tests/test_metrics_golden.py
+    NHA_UPDATE_GOLDEN=1 python -m pytest tests/metrics/test_metrics_golden.py
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from agentproc import Agent, wait_for
 from conftest import update_requested
 from disktree import HostTree
 
-GOLDEN = Path(__file__).parent / "golden" / "metrics.txt"
+GOLDEN = Path(__file__).parent.parent / "golden" / "metrics.txt"
 NET_DEV = """Inter-|   Receive                                                |  Transmit
  face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo colls carrier compressed
     lo: 123456789  654321    0    0    0     0          0         0 123456789  654321    0    0    0     0       0          0
@@ -113,4 +113,4 @@ def test_metrics_on_a_fixture_host_match_the_golden_file(tmp_path: Path) -> None
         GOLDEN.parent.mkdir(exist_ok=True)
         GOLDEN.write_text(text)
         pytest.skip(f"{GOLDEN} rewritten from this run: review its diff, then run without NHA_UPDATE_GOLDEN")
-    assert text == GOLDEN.read_text(), "metrics changed: NHA_UPDATE_GOLDEN=1 python -m pytest tests/test_metrics_golden.py"
+    assert text == GOLDEN.read_text(), "metrics changed: NHA_UPDATE_GOLDEN=1 python -m pytest tests/metrics/test_metrics_golden.py"

@@ -26,7 +26,7 @@ from agent.metrics import TextRenderer
 from agent.registry import CATALOG
 from agent.store import Snapshot
 
-ROOT = Path(__file__).parent.parent
+ROOT = Path(__file__).parent.parent.parent
 GOLDEN = ROOT / "tests" / "golden" / "metrics.txt"
 OVERLAP_DOC = ROOT / "docs" / "metrics.md"
 # node_exporter's label names for the things both label (collector/netdev_*.go,

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from agent import native
 from agent.parsers import iptsave
 
-FIXTURES = Path(__file__).parent / "fixtures" / "iptables"
+FIXTURES = Path(__file__).parent.parent / "fixtures" / "iptables"
 REAL = sorted(FIXTURES.glob("*.txt"))
 twin = native.PYTHON_TWINS["iptables_save"]
 

@@ -21,7 +21,7 @@ from test_parsers_twins import FIXTURES
 
 from agent import native
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parent.parent.parent
 
 
 def run_python(code: str, *, env: dict[str, str], cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:

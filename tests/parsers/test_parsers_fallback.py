@@ -2,7 +2,7 @@
 and exported; and the twin tests fail when the native side is broken, so they
 cannot pass by comparing the twin with itself.
 
-The break: tests/break_native.py, a pytest plugin that makes every native call
+The break: tests/support/break_native.py, a pytest plugin that makes every native call
 return one NUL-separated string too many (a miscounting library), so every
 call falls back to the twin and still returns the right records.
 """

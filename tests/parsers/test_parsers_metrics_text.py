@@ -89,7 +89,7 @@ def awkward_samples(shift: float = 0.0) -> list[Sample]:
         for i, label in enumerate(LABELS)
     ]
     # (A sample with labels other than its spec's is skipped by both renderers alike:
-    # tests/test_catalog_emission.py.)
+    # tests/core/test_catalog_emission.py.)
     out += [Sample("node_health_test_plain", 7.0)]
     return out
 

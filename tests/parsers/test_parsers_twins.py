@@ -19,7 +19,7 @@ from conftest import native_loaded, native_vs_twin, skip_or_fail
 
 from agent import native
 
-FIXTURES = Path(__file__).parent / "fixtures" / "parsers"
+FIXTURES = Path(__file__).parent.parent / "fixtures" / "parsers"
 NATIVE = {"net_dev": native.parse_net_dev, "diskstats": native.parse_diskstats, "mountinfo": native.parse_mountinfo}
 U64_MAX = (1 << 64) - 1
 

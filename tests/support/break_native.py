@@ -2,8 +2,8 @@
 strings come back with one NUL too many, as a native library that miscounts
 its output would give them. Each call then falls back to the Python twin and
 still returns the right records, which is exactly what the twin tests must
-not let through (tests/test_parsers_fallback.py runs them under this plugin:
-`python -m pytest -p break_native tests/test_parsers_twins.py ...` must fail).
+not let through (tests/parsers/test_parsers_fallback.py runs them under this plugin:
+`python -m pytest -p break_native tests/parsers/test_parsers_twins.py ...` must fail).
 """
 
 from __future__ import annotations

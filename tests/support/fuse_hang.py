@@ -9,7 +9,7 @@ it, aborts the connection, or dies. No libfuse needed.
 Run it where the mount should exist (usually inside a private mount
 namespace, see `mountns.py`), as a subprocess:
 
-    python tests/fuse_hang.py MOUNTPOINT [--hang statfs,getattr]
+    python tests/support/fuse_hang.py MOUNTPOINT [--hang statfs,getattr]
 
 It prints ``ready MAJOR:MINOR`` once mounted and ``hung OPNAME N`` each time it
 leaves a request unanswered (N: how many of that op so far). Commands on

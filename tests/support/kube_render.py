@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 from conftest import require_tool
 
-ROOT = Path(__file__).parent.parent
+ROOT = Path(__file__).parent.parent.parent
 KUSTOMIZE = ROOT / "daemonset"
 CHART = ROOT / "charts" / "node-health-agent"
 K8S_VERSION = "1.32"  # VAP v1: 1.30; the node-name claim in bound tokens: GA in 1.32

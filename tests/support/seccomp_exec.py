@@ -1,6 +1,6 @@
 """Run a command under the system-call filter of the shipped systemd unit.
 
-    python tests/seccomp_exec.py ALLOWED_FILE -- COMMAND [ARG...]
+    python tests/support/seccomp_exec.py ALLOWED_FILE -- COMMAND [ARG...]
 
 ALLOWED_FILE lists the allowed system calls, one a line (what
 `test_systemd_unit.allowed_syscalls()` expands the unit's `SystemCallFilter=`

@@ -30,7 +30,7 @@ from conftest import require_tool
 
 CLONE_NEWNET = 0x40000000
 _libc = ctypes.CDLL(None, use_errno=True)
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parent.parent.parent
 OUR_LINE = re.compile(r"node-health-agent:|NODE-HEALTH-INTERNET-")
 
 

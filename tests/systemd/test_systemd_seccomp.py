@@ -2,7 +2,7 @@
 
 `SystemCallFilter=` and `SystemCallErrorNumber=EPERM` of
 systemd/node-health-agent.service, expanded by `systemd-analyze` and loaded with
-libseccomp (tests/seccomp_exec.py), wrap real agents: one with NVML (the fake
+libseccomp (tests/support/seccomp_exec.py), wrap real agents: one with NVML (the fake
 libnvidia-ml), the boot-time burn (real cuda-bindings workers on the CPU fake
 CUDA driver), the disk and network checks and the Kubernetes client against
 the fake API server; one keeping traffic rules with iptables-legacy (raw
@@ -33,7 +33,7 @@ from traffic_lab import lab, metric, send
 from fakeapi import FakeApiServer
 from kube_support import AGENT_KUBE_CONFIG, NODE, PREFIX, fake, our_taints  # noqa: F401 - fixture
 
-SECCOMP_EXEC = Path(__file__).parent / "seccomp_exec.py"
+SECCOMP_EXEC = Path(__file__).parent.parent / "support" / "seccomp_exec.py"
 
 
 @pytest.fixture

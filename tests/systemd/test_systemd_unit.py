@@ -10,7 +10,7 @@ from pathlib import Path
 
 from conftest import require_tool
 
-UNIT = Path(__file__).parent.parent / "systemd" / "node-health-agent.service"
+UNIT = Path(__file__).parent.parent.parent / "systemd" / "node-health-agent.service"
 
 
 def _service() -> dict[str, str]:
