@@ -35,7 +35,8 @@ from .sources import EventSource
 from .statedir import StateDir
 from .store import Snapshot, Store
 from .web.server import MetricsServer, WebCounters
-from .web.settings import WebSettings, resolve
+from .web.settings import WebSettings
+from .web.tls import resolve
 
 if TYPE_CHECKING:
     from .kube.actuator import Actuator

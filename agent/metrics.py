@@ -15,7 +15,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from prometheus_client.core import CollectorRegistry, CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.exposition import generate_latest
+from prometheus_client.exposition import choose_encoder, generate_latest
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.utils import floatToGoString
 
@@ -75,6 +75,19 @@ class AgentRegistry(CollectorRegistry):
 
     def text(self) -> bytes:
         return self.renderer.render(self.store.snapshot()).encode() + generate_latest(self.process)
+
+
+# What the HTTP server types its registry as, without importing prometheus_client itself.
+Registry = CollectorRegistry
+
+
+def encode(registry: CollectorRegistry, accept: str) -> tuple[bytes, str]:
+    """The /metrics body and its content type for a scraper's Accept header
+    (Prometheus text or OpenMetrics, as prometheus_client negotiates it)."""
+    encoder, ctype = choose_encoder(accept)
+    if encoder is generate_latest and isinstance(registry, AgentRegistry):
+        return registry.text(), ctype
+    return encoder(registry), ctype
 
 
 def build_registry(store: Store, catalog: Catalog) -> AgentRegistry:

@@ -140,7 +140,7 @@ def cmd_config_check(args: argparse.Namespace) -> int:
 
     from ..config import load
     from ..web.listen import check_listen
-    from ..web.settings import resolve
+    from ..web.tls import resolve
 
     cfg = load(args.file)
     metrics = cfg.metrics

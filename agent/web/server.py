@@ -26,17 +26,14 @@ from collections.abc import Callable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from prometheus_client.core import CollectorRegistry
-from prometheus_client.exposition import choose_encoder, generate_latest
-
 from .. import __version__
 from ..findings import Sample
-from ..metrics import AgentRegistry
+from ..metrics import Registry, encode
 from ..settings import MetricsSection
 from ..store import Store
 from .listen import bind_error, resolve_listen
-from .settings import WebSettings, resolve
-from .tls import Serving
+from .settings import WebSettings
+from .tls import Serving, resolve
 
 log = logging.getLogger(__name__)
 
@@ -228,7 +225,7 @@ class MetricsServer:
     def __init__(
         self,
         cfg: MetricsSection,
-        registry: CollectorRegistry,
+        registry: Registry,
         store: Store,
         *,
         web: WebSettings | None = None,
@@ -263,10 +260,7 @@ class MetricsServer:
         return 200, "ok\n"
 
     def render(self, accept: str) -> tuple[bytes, str]:
-        encoder, ctype = choose_encoder(accept)
-        if encoder is generate_latest and isinstance(self._registry, AgentRegistry):
-            return self._registry.text(), ctype
-        return encoder(self._registry), ctype
+        return encode(self._registry, accept)
 
     def allow(self, settings: WebSettings) -> bool:
         return self._rate.allow(settings.rate_interval, settings.rate_burst)

@@ -15,9 +15,10 @@ list of one), and ``client_allowed_sans`` needs a client_auth_type that
 verifies the certificate (an unverified certificate's names prove nothing).
 The agent speaks HTTP/1.1 only, so ``http2`` is accepted and has no effect.
 
-Everything that can be known before the port is bound is checked here:
-the certificate and key files are read and loaded as a pair, the CA file is
-loaded. `agent config check` and `agent run` both call `resolve`.
+This module reads no certificate: `agent.web.tls.resolve` and
+`agent.web.tls.load_file` add what can be known before the port is bound (the
+certificate and key files read and loaded as a pair, the CA file loaded), and
+`agent config check` and `agent run` both call them.
 """
 
 from __future__ import annotations
@@ -125,7 +126,7 @@ class WebSettings:
 # ---------------------------------------------------------------- the two sources
 
 
-def resolve(metrics: MetricsSection, toml_source: str) -> WebSettings:
+def from_sections(metrics: MetricsSection, toml_source: str) -> WebSettings:
     """The web settings `agent run` serves with, every file checked. Raises ConfigError."""
     if metrics.web_config_file:
         if metrics.tls.cert_file or metrics.tls.key_file or metrics.tls.client_ca_file or metrics.basic_auth_users:
@@ -133,7 +134,7 @@ def resolve(metrics: MetricsSection, toml_source: str) -> WebSettings:
                 toml_source, "metrics.web_config_file",
                 "expected either a web config file or [metrics.tls]/[metrics.basic_auth_users], not both",
             )
-        return load_file(metrics.web_config_file)
+        return read_file(metrics.web_config_file)
     t = metrics.tls
     tls = TLSServer(
         cert_file=t.cert_file, key_file=t.key_file, client_ca_file=t.client_ca_file, min_version=t.min_version,
@@ -144,7 +145,7 @@ def resolve(metrics: MetricsSection, toml_source: str) -> WebSettings:
     return settings
 
 
-def load_file(path: str) -> WebSettings:
+def read_file(path: str) -> WebSettings:
     try:
         with open(path, "rb") as fh:
             raw = fh.read()
@@ -316,10 +317,6 @@ def validate(s: WebSettings) -> None:
                               f'expected one of {", ".join(HEADERS[name])}, got "{value}"')
     if s.rate_burst < 0:
         raise ConfigError(s.source, "rate_limit.burst", f"expected 0 or more, got {s.rate_burst}")
-    if s.tls.enabled:
-        from .tls import build_context
-
-        build_context(s)  # reads and loads every file; raises ConfigError naming the key
 
 
 def bcrypt_problem(hashed: str) -> str | None:

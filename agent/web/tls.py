@@ -24,9 +24,28 @@ from typing import Any
 
 from ..filewatch import Stamp, stamp
 from ..schema import ConfigError
-from .settings import CIPHERS, CLIENT_AUTH, CURVES, VERSIONS, WebSettings, load_file
+from ..settings import MetricsSection
+from .settings import CIPHERS, CLIENT_AUTH, CURVES, VERSIONS, WebSettings, from_sections, read_file
 
 log = logging.getLogger(__name__)
+
+
+def resolve(metrics: MetricsSection, toml_source: str) -> WebSettings:
+    """The web settings of `[metrics]` (or of the file it names), with every
+    file they name read and loaded now: all that can be known before the port
+    is bound. Raises ConfigError naming the key."""
+    return _files_loaded(from_sections(metrics, toml_source))
+
+
+def load_file(path: str) -> WebSettings:
+    """An exporter-toolkit web config file, its certificate files loaded. Raises ConfigError."""
+    return _files_loaded(read_file(path))
+
+
+def _files_loaded(s: WebSettings) -> WebSettings:
+    if s.tls.enabled:
+        build_context(s)  # reads and loads every file; raises ConfigError naming the key
+    return s
 
 
 def build_context(s: WebSettings) -> ssl.SSLContext:
@@ -218,7 +237,7 @@ class Serving:
 
     def _reload(self, now: Stamp) -> None:
         try:
-            new = load_file(self._settings.source) if self._settings.from_file else self._settings
+            new = read_file(self._settings.source) if self._settings.from_file else self._settings
             if new.tls.enabled != self.tls:
                 raise ConfigError(new.source, "tls_server_config",
                                   "TLS cannot be turned on or off while serving; restart or reload the agent")

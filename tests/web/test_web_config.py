@@ -11,7 +11,7 @@ import pytest
 from webcerts import Certs, make_certs
 
 from agent.config import ConfigError, MetricsSection, TLSSection
-from agent.web.settings import load_file, resolve
+from agent.web.tls import load_file, resolve
 
 HASH = bcrypt.hashpw(b"s3cret", bcrypt.gensalt(rounds=4)).decode()
 

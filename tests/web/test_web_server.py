@@ -23,7 +23,7 @@ from agent.metrics import build_registry
 from agent.registry import CATALOG
 from agent.store import Store
 from agent.web.server import MetricsServer, WebCounters
-from agent.web.settings import load_file
+from agent.web.tls import load_file
 
 
 @pytest.fixture(scope="module")
