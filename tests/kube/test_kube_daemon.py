@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import os
-import re
 import signal
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from agentproc import free_port
+from agentproc import Agent, free_port
 
 from fakeapi import FakeApiServer
 from kube_support import AGENT_KUBE_CONFIG, NODE, PREFIX, fake, wait_for  # noqa: F401 - fixture
@@ -21,43 +19,21 @@ from kube_support import AGENT_KUBE_CONFIG, NODE, PREFIX, fake, wait_for  # noqa
 
 @pytest.fixture
 def agent_run(fake: FakeApiServer, tmp_path: Any) -> Iterator[Any]:
-    procs: list[subprocess.Popen[str]] = []
+    agents: list[Agent] = []
 
-    def start(config: str, *args: str, prefix: tuple[str, ...] = ()) -> tuple[subprocess.Popen[str], str]:
-        port = free_port()
-        cfg = tmp_path / "agent.toml"
-        cfg.write_text(config)
-        env = dict(os.environ, NODE_NAME=NODE)
-        cmd = [*prefix, sys.executable, "-m", "agent", "run", "--config", str(cfg), "--listen", f"127.0.0.1:{port}",
-               "--state-dir", str(tmp_path / "state"), "--log-format", "text", *args]
-        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        procs.append(proc)
-        url = f"http://127.0.0.1:{port}/metrics"
-        wait_for(lambda: _get(url) is not None or proc.poll() is not None, timeout=30)
-        assert proc.poll() is None, proc.communicate()[0]
-        return proc, url
+    def start(config: str, *args: str, prefix: tuple[str, ...] = ()) -> Agent:
+        agent = Agent(tmp_path, config, args, env={"NODE_NAME": NODE}, wrap=prefix, log_format="text")
+        agents.append(agent)
+        agent.poll(lambda text: True, "/metrics")  # answering (or failing at once if the agent exits)
+        return agent
 
     yield start
-    for p in procs:
-        if p.poll() is None:
-            p.send_signal(signal.SIGTERM)
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                p.kill()
+    for agent in agents:
+        agent.stop()
 
 
-def _get(url: str) -> str | None:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as resp:
-            return resp.read().decode()
-    except OSError:
-        return None
-
-
-def _disk_runs(url: str) -> int:
-    m = re.search(r'^node_health_check_runs_total\{check="disk"\} (\S+)$', _get(url) or "", re.M)
-    return int(float(m.group(1))) if m else 0
+def _disk_runs(agent: Agent) -> int:
+    return int(agent.value("node_health_check_runs_total", check="disk") or 0)
 
 
 # Checks that would otherwise watch this machine's GPUs, firewall and burn state stay off:
@@ -75,21 +51,21 @@ enabled = false
 def test_agent_run_syncs_with_the_cluster_and_stops_cleanly(fake: FakeApiServer, agent_run: Any, tmp_path: Any) -> None:
     kubeconfig = fake.kubeconfig(str(tmp_path / "kubeconfig"))
     no_checks = BASE + "[checks.disk]\nenabled = false\n[checks.network]\nenabled = false\n"
-    proc, url = agent_run(no_checks, "--kubeconfig", kubeconfig)
-    wait_for(lambda: 'node_health_kube_kill_switch{state="active"} 1.0' in (_get(url) or ""), timeout=20)
-    text = _get(url) or ""
+    agent = agent_run(no_checks, "--kubeconfig", kubeconfig)
+    wait_for(lambda: 'node_health_kube_kill_switch{state="active"} 1.0' in agent.text(), timeout=20)
+    text = agent.text()
     assert "node_health_kube_dry_run 0.0" in text
     assert 'node_health_kube_requests_total{code="200",resource="nodes",verb="list"} 1.0' in text
     assert fake.writes() == [], "no check watches a problem family: nothing to write"
-    proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=15) == 0
+    agent.proc.send_signal(signal.SIGTERM)
+    assert agent.proc.wait(timeout=15) == 0
 
 
 def test_agent_run_without_a_cluster_is_a_dry_run(agent_run: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("KUBECONFIG", raising=False)
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
-    proc, url = agent_run(BASE)
-    wait_for(lambda: "node_health_kube_dry_run 1.0" in (_get(url) or ""), timeout=20)
+    agent = agent_run(BASE)
+    wait_for(lambda: "node_health_kube_dry_run 1.0" in agent.text(), timeout=20)
 
 
 def test_a_bad_kubeconfig_is_one_line_and_exit_2(tmp_path: Any) -> None:
@@ -148,23 +124,23 @@ enabled = false
     # The agent runs in the namespaces of the tmpfs (the disk check reads the host's mount table from
     # /proc/1/mountinfo: there, the holder's); loopback is shared with the fake API server.
     enter = ("nsenter", "-t", str(inside), "-m", "-p", "--")
-    proc, url = agent_run(config, "--kubeconfig", kubeconfig, prefix=enter)
+    agent = agent_run(config, "--kubeconfig", kubeconfig, prefix=enter)
     wait_for(lambda: fake.log(verbs=("patch",)) != [], timeout=30)  # healthy: the condition is written once
     assert [t for t in fake.node(NODE)["spec"].get("taints", []) if t["key"].startswith(PREFIX)] == []
     subprocess.run([*enter, "dd", "if=/dev/zero", f"of={mnt}/fill", "bs=1M", "count=3"], capture_output=True)
     wait_for(lambda: any(t["key"] == PREFIX + "disk" for t in fake.node(NODE)["spec"].get("taints", [])), timeout=30)
     wait_for(lambda: "DiskFull" in [e["reason"] for e in fake.events()], timeout=10)
     events = len(fake.events())
-    for pid in _children(proc.pid):  # the agent itself (nsenter forked it into the PID namespace)
+    for pid in _children(agent.proc.pid):  # the agent itself (nsenter forked it into the PID namespace)
         os.kill(pid, signal.SIGKILL)
-    proc.wait(timeout=10)
+    agent.proc.wait(timeout=10)
     restarted = time.monotonic()
-    proc, url = agent_run(config, "--kubeconfig", kubeconfig, prefix=enter)
-    wait_for(lambda: 'node_health_kube_taint{effect="NoSchedule",key="node-health-agent/disk"} 1.0' in (_get(url) or ""),
+    agent = agent_run(config, "--kubeconfig", kubeconfig, prefix=enter)
+    wait_for(lambda: 'node_health_kube_taint{effect="NoSchedule",key="node-health-agent/disk"} 1.0' in agent.text(),
              timeout=30)
     # Positive proof that time passed with the agent at work: three more runs of the disk check.
-    first = _disk_runs(url)
-    wait_for(lambda: _disk_runs(url) >= first + 3, timeout=30)  # three disk check runs after the restart
+    first = _disk_runs(agent)
+    wait_for(lambda: _disk_runs(agent) >= first + 3, timeout=30)  # three disk check runs after the restart
     assert any(t["key"] == PREFIX + "disk" for t in fake.node(NODE)["spec"].get("taints", []))
     assert len(fake.events()) == events, "no event sent twice"
     assert [r for r in fake.writes(since=restarted) if r.path.endswith(NODE)] == [], "the node needed no change"

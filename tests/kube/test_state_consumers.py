@@ -15,7 +15,7 @@ import pytest
 from fakenvml import h100
 from fakenvml.fixtures import *  # noqa: F403 - fixtures
 from kube_support import NODE, PREFIX, fake, make_reconciler, settings, wait_for  # noqa: F401 - fixtures
-from test_kube_daemon import BASE, _get, agent_run  # noqa: F401 - fixture
+from test_kube_daemon import BASE, agent_run  # noqa: F401 - fixture
 
 from agent import statedir as state
 from agent.checks.gpu import GpuCheck
@@ -89,9 +89,9 @@ def test_agent_starts_on_a_damaged_kubernetes_state_and_keeps_the_taint(fake: An
         clear_cycles = 1000
         clear_after = "1h"
     """)
-    _, url = agent_run(config, "--kubeconfig", fake.kubeconfig(str(tmp_path / "kubeconfig")))
-    wait_for(lambda: 'node_health_check_runs_total{check="disk"} 5.0' in (_get(url) or ""), timeout=60)
-    text = _get(url) or ""
+    agent = agent_run(config, "--kubeconfig", fake.kubeconfig(str(tmp_path / "kubeconfig")))
+    wait_for(lambda: 'node_health_check_runs_total{check="disk"} 5.0' in agent.text(), timeout=60)
+    text = agent.text()
     assert 'node_health_state_file_rejected_total{file="kubernetes.json"} 1.0' in text
     assert set_aside(tmp_path / "state", "kubernetes.json")
     assert [t for t in fake.node(NODE)["spec"]["taints"] if t["key"] == taint["key"]] == [taint], \

@@ -1,7 +1,13 @@
-"""Run `agent run` as a subprocess and watch it: /metrics, /healthz, logs, sd_notify."""
+"""Run `agent run` as a subprocess and watch it: /metrics, /healthz, logs, sd_notify.
+
+The one launcher of the tests: a command prefix (`wrap`: `nsenter ...`, `setpriv ...`),
+a network namespace (`netns`: run under `ip netns exec` and scrape through a socket
+made in it), extra env and args, a log file of the test's choosing, stop and start again."""
 
 from __future__ import annotations
 
+import contextlib
+import http.client
 import os
 import signal
 import socket
@@ -14,7 +20,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from conftest import NO_HOST_KMSG
 from prometheus_client.parser import text_string_to_metric_families
@@ -70,7 +76,21 @@ class NotifySocket:
 NO_TRAFFIC = "\n[checks.traffic]\nenabled = false\n"
 
 
+class NetnsLike(Protocol):
+    name: str
+
+    def socket(self) -> socket.socket: ...
+
+
+_EXITED = object()
+
+
 class Agent:
+    """`agent run` listening on 127.0.0.1:<a free port>, state in tmp/state, logs (stdout and
+    stderr) appended to `log_path`. `netns`: run in that network namespace (`ip netns exec`,
+    then `wrap`) and talk to it through sockets made there. `log_format=None`: the config's.
+    `start=False`: call start() (again after stop(), as often as wanted)."""
+
     def __init__(
         self,
         tmp: Path,
@@ -81,22 +101,32 @@ class Agent:
         wrap: Sequence[str] = (),
         scheme: str = "http",
         config_path: Path | None = None,
+        netns: NetnsLike | None = None,
+        log_path: Path | None = None,
+        log_format: str | None = "json",
+        start: bool = True,
     ) -> None:
         self.port = free_port()
         self.base = f"{scheme}://127.0.0.1:{self.port}"
+        self.netns = netns
         self.config_path = config_path or tmp / "agent.toml"
         if config_path is None:  # else the test wrote it (a ConfigMap's symlinks, say)
             self.write_config(config or "")
-        self.log_path = tmp / f"agent-{self.port}.log"
-        cmd = [*wrap, sys.executable, "-m", "agent", "run", "--listen", f"127.0.0.1:{self.port}",
-               "--state-dir", str(tmp / "state"), "--log-format", "json", *args]
-        cmd += ["--config", str(self.config_path)]
-        full_env = dict(os.environ, **(env or {}))
+        self.log_path = log_path or tmp / f"agent-{self.port}.log"
+        prefix = ["ip", "netns", "exec", netns.name] if netns is not None else []
+        self.cmd = [*prefix, *wrap, sys.executable, "-m", "agent", "run", "--listen", f"127.0.0.1:{self.port}",
+                    "--state-dir", str(tmp / "state"), *(["--log-format", log_format] if log_format else []), *args]
+        self.cmd += ["--config", str(self.config_path)]
+        self.env = dict(os.environ, **(env or {}))
         if notify is not None:
-            full_env["NOTIFY_SOCKET"] = notify.path
-        self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
-        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, env=full_env)
+            self.env["NOTIFY_SOCKET"] = notify.path
         self._ctx = ssl._create_unverified_context() if scheme == "https" else None  # noqa: S323 - test certs
+        if start:
+            self.start()
+
+    def start(self) -> None:
+        self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(self.cmd, stdout=self._log, stderr=subprocess.STDOUT, env=self.env)
 
     def write_config(self, config: str) -> None:
         """Write the agent's config file (at start, or before a SIGHUP), keeping the
@@ -108,12 +138,30 @@ class Agent:
         self.config_path.write_text(config)
 
     def get(self, path: str, headers: dict[str, str] | None = None) -> tuple[int, bytes]:
+        if self.netns is not None:
+            return self._get_in_netns(path, headers or {})
         req = urllib.request.Request(self.base + path, headers=headers or {})
         try:
             with urllib.request.urlopen(req, timeout=5, context=self._ctx) as resp:
                 return resp.status, resp.read()
         except urllib.error.HTTPError as exc:
             return exc.code, exc.read()
+
+    def _get_in_netns(self, path: str, headers: dict[str, str]) -> tuple[int, bytes]:
+        assert self.netns is not None and self._ctx is None, "plain http only in a namespace"
+        sock = self.netns.socket()
+        try:
+            sock.settimeout(5)
+            sock.connect(("127.0.0.1", self.port))
+        except OSError:
+            sock.close()
+            raise
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=5)
+        conn.sock = sock
+        with contextlib.closing(conn):
+            conn.request("GET", path, headers=headers)
+            resp = conn.getresponse()
+            return resp.status, resp.read()
 
     def wait_ready(self, timeout: float = 30.0) -> None:
         def up() -> bool:
@@ -122,6 +170,41 @@ class Agent:
             return self.get("/healthz")[0] == 200
 
         wait_for(up, timeout, what="/healthz")
+
+    def text(self) -> str:
+        """The body of /metrics (an error while the agent does not answer)."""
+        code, body = self.get("/metrics")
+        assert code == 200, body
+        return body.decode()
+
+    def samples(self) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        """/metrics as {(name, sorted label items): value}."""
+        return {
+            (s.name, tuple(sorted(s.labels.items()))): s.value
+            for fam in text_string_to_metric_families(self.text())
+            for s in fam.samples
+        }
+
+    def poll(self, pred: Callable[[Any], Any], what: str = "", timeout: float = 30.0, read: Callable[[], Any] | None = None,
+             show: Callable[[Any], Any] = lambda v: v, interval: float = 0.1) -> Any:
+        """pred(read()) (read: text() by default) until it is truthy, returning its value: wait_for
+        that fails at once if the agent exits (with its logs) and at the deadline with show(last read)."""
+        read = read or self.text
+        last: list[Any] = []
+
+        def once() -> Any:
+            if self.proc.poll() is not None:
+                return _EXITED
+            last[:] = [read()]
+            return pred(last[0])
+
+        try:
+            value = wait_for(once, timeout, interval, what)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; last read: {show(last[0]) if last else None}\n{self.logs()}") from None
+        if value is _EXITED:
+            raise AssertionError(f"agent exited with {self.proc.returncode}:\n{self.logs()}")
+        return value
 
     def metrics(self) -> dict[str, list[tuple[dict[str, str], float]]]:
         code, body = self.get("/metrics")
@@ -139,7 +222,7 @@ class Agent:
         return None
 
     def logs(self) -> str:
-        return self.log_path.read_text(errors="replace")
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
     def agent_pid(self) -> int:
         """The agent's own pid: below a wrapper such as `nsenter --pid`, which forks

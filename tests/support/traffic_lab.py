@@ -12,20 +12,18 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import http.client
 import os
 import re
 import secrets
-import signal
 import socket
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from agentproc import Agent
 from conftest import require_tool
 
 CLONE_NEWNET = 0x40000000
@@ -180,71 +178,14 @@ def without_ours(dump: str) -> list[str]:
 # ---------------------------------------------------------------- the daemon
 
 
-@dataclass
-class Agent:
-    node: Netns
-    config: Path
-    state: Path
-    port: int = 9904
-    proc: subprocess.Popen[str] | None = None
-    log: Path | None = None
+def lab_agent(node: Netns, tmp: Path, config: Path, log: Path, wrap: Sequence[str] = ()) -> Agent:
+    """agentproc's Agent in `node` (state in tmp/state, the config's log format), not started yet."""
+    return Agent(tmp, config_path=config, netns=node, wrap=wrap, log_path=log, log_format=None, start=False)
 
-    def start(self, prefix: Sequence[str] = ()) -> None:
-        assert self.log is not None
-        self.proc = subprocess.Popen(
-            ["ip", "netns", "exec", self.node.name, *prefix, sys.executable, "-m", "agent", "run",
-             "--config", str(self.config), "--state-dir", str(self.state), "--listen", f"127.0.0.1:{self.port}"],
-            stdout=self.log.open("a"), stderr=subprocess.STDOUT, text=True, cwd=REPO,
-        )
 
-    def stop(self) -> None:
-        if self.proc is None:
-            return
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(10)
-        self.proc = None
-
-    def scrape(self) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-        """The samples of /metrics; {} while the agent does not answer yet."""
-        from prometheus_client.parser import text_string_to_metric_families
-
-        sock = self.node.socket()
-        try:
-            sock.settimeout(5)
-            sock.connect(("127.0.0.1", self.port))
-        except OSError:
-            sock.close()
-            return {}
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=5)
-        conn.sock = sock
-        with contextlib.closing(conn):
-            conn.request("GET", "/metrics")
-            text = conn.getresponse().read().decode()
-        return {
-            (s.name, tuple(sorted(s.labels.items()))): s.value
-            for fam in text_string_to_metric_families(text)
-            for s in fam.samples
-        }
-
-    def wait_for(self, what: str, predicate, timeout: float = 30.0):  # type: ignore[no-untyped-def]
-        """Poll /metrics until predicate(samples) is truthy; returns its value."""
-        deadline = time.monotonic() + timeout
-        while True:
-            assert self.proc is None or self.proc.poll() is None, f"agent exited:\n{self.logs()}"
-            samples = self.scrape()
-            value = predicate(samples) if samples else None
-            if value:
-                return value
-            if time.monotonic() > deadline:
-                raise AssertionError(f"timed out waiting for {what}; last metrics: {_traffic(samples)}\n{self.logs()}")
-            time.sleep(0.2)
-
-    def logs(self) -> str:
-        return self.log.read_text() if self.log and self.log.exists() else ""
+def until(agent: Agent, what: str, predicate, timeout: float = 30.0):  # type: ignore[no-untyped-def]
+    """Poll /metrics until predicate(samples) is truthy; returns its value."""
+    return agent.poll(predicate, what, timeout, read=agent.samples, show=_traffic, interval=0.2)
 
 
 def _traffic(samples: dict) -> dict:  # type: ignore[type-arg]

@@ -27,8 +27,7 @@ import pytest
 from agentproc import Agent, wait_for
 from conftest import NO_HOST_KMSG, require_tool
 from test_systemd_unit import allowed_syscalls
-from traffic_lab import Agent as LabAgent
-from traffic_lab import lab, metric, send
+from traffic_lab import lab, lab_agent, metric, send, until
 
 from fakeapi import FakeApiServer
 from kube_support import AGENT_KUBE_CONFIG, NODE, PREFIX, fake, our_taints  # noqa: F401 - fixture
@@ -97,13 +96,13 @@ def test_traffic_rules_under_the_filter(under_the_unit_filter: list[str], tmp_pa
     cfg.write_text(f'[agent]\nlog_format = "text"\n[checks.traffic]\nenabled = true\ninterval = "1s"\n'
                    f'backend = "{backend}"\n' + NO_HOST_KMSG)  # fmt: skip
     with lab() as L:
-        agent = LabAgent(L.node, cfg, tmp_path / "state", log=tmp_path / "agent.log")
-        agent.start(prefix=under_the_unit_filter)
+        agent = lab_agent(L.node, tmp_path, cfg, tmp_path / "agent.log", wrap=under_the_unit_filter)
+        agent.start()
         try:
-            agent.wait_for("rules in place", lambda s: metric(s, "node_health_traffic_rules_in_place", family="ipv4"))
+            until(agent, "rules in place", lambda s: metric(s, "node_health_traffic_rules_in_place", family="ipv4"))
             send(L.node, L.ns["internet"], "198.51.100.2", 1_000_000)
-            agent.wait_for("counted", lambda s: (metric(s, "node_health_traffic_bytes_total",
-                                                          direction="internet-out", family="ipv4") or 0) >= 1_000_000)
+            until(agent, "counted", lambda s: (metric(s, "node_health_traffic_bytes_total",
+                                                        direction="internet-out", family="ipv4") or 0) >= 1_000_000)
         finally:
-            agent.stop()
+            agent.stop(20)
             L.node.agent("rules", "remove", "--backend", backend)

@@ -8,7 +8,8 @@ import json
 
 import pytest
 from conftest import NO_HOST_KMSG as HERMETIC, require_tool
-from traffic_lab import Agent, lab, metric, send
+from agentproc import Agent
+from traffic_lab import lab, lab_agent, metric, send, until
 
 pytestmark = [pytest.mark.privileged, pytest.mark.slow]
 
@@ -33,30 +34,30 @@ def running(request, tmp_path):
         f'[checks.traffic]\nenabled = true\ninterval = "{INTERVAL:g}s"\nbackend = "{request.param}"\n' + HERMETIC
     )
     with lab() as L:
-        agent = Agent(L.node, cfg, tmp_path / "state", log=tmp_path / "agent.log")
+        agent = lab_agent(L.node, tmp_path, cfg, tmp_path / "agent.log")
         agent.start()
         try:
-            agent.wait_for("rules in place", lambda s: metric(s, "node_health_traffic_rules_in_place", family="ipv4"))
+            until(agent, "rules in place", lambda s: metric(s, "node_health_traffic_rules_in_place", family="ipv4"))
             yield L, agent, request.param
         finally:
-            agent.stop()
+            agent.stop(20)
 
 
 def counted_past(agent: Agent, floor: float) -> float:
-    return agent.wait_for(f"internet-out past {floor}", lambda s: (out_bytes(s) or 0) >= floor and out_bytes(s))
+    return until(agent, f"internet-out past {floor}", lambda s: (out_bytes(s) or 0) >= floor and out_bytes(s))
 
 
 def test_deleted_rule_is_repaired_and_counter_does_not_go_back(running) -> None:
     L, agent, backend = running
     send(L.node, L.ns["internet"], "198.51.100.2", 2 * MB)
     before = counted_past(agent, 2 * MB)
-    at_deletion = runs(agent.scrape())
+    at_deletion = runs(agent.samples())
     ipt = f"iptables-{backend}"
     L.node.run(ipt, "-t", "mangle", "-F", "NODE-HEALTH-INTERNET-OUT")  # the count rule (and its counts) gone
     L.node.run(ipt, "-t", "mangle", "-D", "INPUT", "-m", "comment", "--comment", "node-health-agent:internet-in:jump",
                "-j", "NODE-HEALTH-INTERNET-IN")
-    samples = agent.wait_for(
-        "the repair", lambda s: metric(s, "node_health_traffic_rules_repaired_total", family="ipv4") and s
+    samples = until(
+        agent, "the repair", lambda s: metric(s, "node_health_traffic_rules_repaired_total", family="ipv4") and s
     )
     # repaired by the run that followed the deletion (the one under way may have read before it)
     assert runs(samples) <= at_deletion + 2
@@ -74,13 +75,13 @@ def test_restart_does_not_reset_the_counter(running, recreate: bool) -> None:
     L, agent, backend = running
     send(L.node, L.ns["internet"], "198.51.100.2", 2 * MB)
     before = counted_past(agent, 2 * MB)
-    agent.stop()
+    agent.stop(20)
     if recreate:
         L.node.agent("rules", "remove", "--backend", backend)
         L.node.agent("rules", "install", "--backend", backend)
     send(L.node, L.ns["internet"], "198.51.100.2", 1 * MB)
     agent.start()
-    first = agent.wait_for("the first run", lambda s: runs(s) >= 1 and s)
+    first = until(agent, "the first run", lambda s: runs(s) >= 1 and s)
     assert out_bytes(first) >= before + 1 * MB
     assert metric(first, "node_health_traffic_rules_repaired_total", family="ipv4") == 0
 
@@ -114,11 +115,11 @@ def test_without_net_admin_the_agent_runs_on(tmp_path) -> None:
             ("iptables", "InsufficientPrivilege", True)
         ]
         assert "CAP_NET_ADMIN" in traffic[0]["message"]
-        agent = Agent(L.node, cfg, tmp_path / "state", log=tmp_path / "agent.log")
-        agent.start(prefix=drop)
+        agent = lab_agent(L.node, tmp_path, cfg, tmp_path / "agent.log", wrap=drop)
+        agent.start()
         try:
-            samples = agent.wait_for(
-                "two traffic runs and one of another check",
+            samples = until(
+                agent, "two traffic runs and one of another check",
                 lambda s: runs(s) >= 2 and metric(s, "node_health_check_runs_total", check="disk") and s,
             )
             assert metric(samples, "node_health_finding", check="traffic", subject="iptables",
@@ -127,6 +128,6 @@ def test_without_net_admin_the_agent_runs_on(tmp_path) -> None:
             assert metric(samples, "node_health_check_success", check="disk") == 1
             assert out_bytes(samples) == 0
         finally:
-            agent.stop()
+            agent.stop(20)
         assert "Traceback" not in agent.logs()
         assert json.loads(L.node.agent("rules", "show", "--json").stdout)["rules"] == []
