@@ -28,7 +28,9 @@ class ProbeResult(Generic[T]):
         return self.error is None and self.hung_for is None
 
 
-class _Call:
+class PendingCall:
+    """One probe call, in a thread here or in the probe worker process (agent.probeproc)."""
+
     __slots__ = ("done", "error", "started", "value")
 
     def __init__(self) -> None:
@@ -37,12 +39,16 @@ class _Call:
         self.error: BaseException | None = None
         self.started = time.monotonic()
 
+    def finish(self, value: object = None, error: BaseException | None = None) -> None:
+        self.value, self.error = value, error
+        self.done.set()
+
 
 class Prober:
     def __init__(self, name: str) -> None:
         self.name = name
         self._lock = threading.Lock()
-        self._hung: dict[Hashable, _Call] = {}
+        self._hung: dict[Hashable, PendingCall] = {}
 
     def call(self, key: Hashable, fn: Callable[[], T], timeout: float) -> ProbeResult[T]:
         with self._lock:
@@ -51,15 +57,13 @@ class Prober:
                 if not old.done.is_set():
                     return ProbeResult(hung_for=time.monotonic() - old.started)
                 del self._hung[key]
-        call = _Call()
+        call = PendingCall()
 
         def work() -> None:
             try:
-                call.value = fn()
+                call.finish(fn())
             except BaseException as exc:  # noqa: BLE001 - reported to the caller as a result
-                call.error = exc
-            finally:
-                call.done.set()
+                call.finish(error=exc)
 
         threading.Thread(target=work, name=f"probe-{self.name}-{key}", daemon=True).start()
         if not call.done.wait(timeout):

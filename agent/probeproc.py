@@ -38,7 +38,7 @@ import time
 from collections.abc import Callable, Hashable
 from typing import Any, TypeVar
 
-from .probe import Prober, ProbeResult
+from .probe import PendingCall, Prober, ProbeResult
 from .probe_worker import LEN, read_frame
 
 log = logging.getLogger(__name__)
@@ -62,20 +62,6 @@ class WorkerGone(RuntimeError):
     """The probe worker process exited (or could not start) before answering."""
 
 
-class _Call:
-    __slots__ = ("done", "error", "started", "value")
-
-    def __init__(self) -> None:
-        self.done = threading.Event()
-        self.value: object = None
-        self.error: BaseException | None = None
-        self.started = time.monotonic()
-
-    def finish(self, value: object = None, error: BaseException | None = None) -> None:
-        self.value, self.error = value, error
-        self.done.set()
-
-
 class _Worker:
     """One worker process and the thread that reads its answers."""
 
@@ -87,12 +73,12 @@ class _Worker:
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, close_fds=True, bufsize=0,
             env=_env(),
         )
-        self.calls: dict[int, _Call] = {}
+        self.calls: dict[int, PendingCall] = {}
         self.lock = threading.Lock()
         self.alive = True
         threading.Thread(target=self._read, name=f"probeproc-{name}", daemon=True).start()
 
-    def send(self, cid: int, call: _Call, fn: Callable[[], Any]) -> None:
+    def send(self, cid: int, call: PendingCall, fn: Callable[[], Any]) -> None:
         data = pickle.dumps((cid, fn))
         with self.lock:
             if not self.alive:
@@ -138,7 +124,7 @@ class IsolatedProber:
     def __init__(self, name: str) -> None:
         self.name = name
         self._lock = threading.Lock()
-        self._hung: dict[Hashable, _Call] = {}
+        self._hung: dict[Hashable, PendingCall] = {}
         self._worker: _Worker | None = None
         self._ids = itertools.count(1)
         self._fallback: Prober | None = None
@@ -170,7 +156,7 @@ class IsolatedProber:
         if worker is None:
             assert self._fallback is not None
             return self._fallback.call(key, fn, timeout)
-        call = _Call()
+        call = PendingCall()
         try:
             worker.send(next(self._ids), call, fn)
         except (OSError, WorkerGone) as exc:
