@@ -51,6 +51,23 @@ class Prober:
         self._hung: dict[Hashable, PendingCall] = {}
 
     def call(self, key: Hashable, fn: Callable[[], T], timeout: float) -> ProbeResult[T]:
+        """`fn()` in a thread of its own."""
+
+        def start(call: PendingCall) -> None:
+            def work() -> None:
+                try:
+                    call.finish(fn())
+                except BaseException as exc:  # noqa: BLE001 - reported to the caller as a result
+                    call.finish(error=exc)
+
+            threading.Thread(target=work, name=f"probe-{self.name}-{key}", daemon=True).start()
+
+        return self.run(key, start, timeout)
+
+    def run(self, key: Hashable, start: Callable[[PendingCall], None], timeout: float) -> ProbeResult[T]:
+        """Start one call for `key` (`start` arranges for the call to be
+        finished, wherever it runs) and wait up to `timeout` for it; while an
+        earlier call for `key` hangs, none is started and the hang is reported."""
         with self._lock:
             old = self._hung.get(key)
             if old is not None:
@@ -58,14 +75,7 @@ class Prober:
                     return ProbeResult(hung_for=time.monotonic() - old.started)
                 del self._hung[key]
         call = PendingCall()
-
-        def work() -> None:
-            try:
-                call.finish(fn())
-            except BaseException as exc:  # noqa: BLE001 - reported to the caller as a result
-                call.finish(error=exc)
-
-        threading.Thread(target=work, name=f"probe-{self.name}-{key}", daemon=True).start()
+        start(call)
         if not call.done.wait(timeout):
             with self._lock:
                 self._hung[key] = call

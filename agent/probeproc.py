@@ -34,7 +34,6 @@ import pickle
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable, Hashable
 from typing import Any, TypeVar
 
@@ -124,7 +123,7 @@ class IsolatedProber:
     def __init__(self, name: str) -> None:
         self.name = name
         self._lock = threading.Lock()
-        self._hung: dict[Hashable, PendingCall] = {}
+        self._calls = Prober(name)  # the calls sent to the worker, and which of them hang
         self._worker: _Worker | None = None
         self._ids = itertools.count(1)
         self._fallback: Prober | None = None
@@ -146,31 +145,21 @@ class IsolatedProber:
             return self._worker
 
     def call(self, key: Hashable, fn: Callable[[], T], timeout: float) -> ProbeResult[T]:
-        with self._lock:
-            old = self._hung.get(key)
-            if old is not None:
-                if not old.done.is_set():
-                    return ProbeResult(hung_for=time.monotonic() - old.started)
-                del self._hung[key]
         worker = self._running()
         if worker is None:
             assert self._fallback is not None
             return self._fallback.call(key, fn, timeout)
-        call = PendingCall()
-        try:
-            worker.send(next(self._ids), call, fn)
-        except (OSError, WorkerGone) as exc:
-            return ProbeResult(error=exc)
-        if not call.done.wait(timeout):
-            with self._lock:
-                self._hung[key] = call
-            return ProbeResult(hung_for=time.monotonic() - call.started)
-        return ProbeResult(value=call.value, error=call.error)  # type: ignore[arg-type]
+
+        def start(call: PendingCall) -> None:
+            try:
+                worker.send(next(self._ids), call, fn)
+            except (OSError, WorkerGone) as exc:
+                call.finish(error=exc)
+
+        return self._calls.run(key, start, timeout)
 
     def hung(self) -> list[Hashable]:
-        with self._lock:
-            hung = [k for k, c in self._hung.items() if not c.done.is_set()]
-        return hung + (self._fallback.hung() if self._fallback is not None else [])
+        return self._calls.hung() + (self._fallback.hung() if self._fallback is not None else [])
 
     def worker_pid(self) -> int | None:
         with self._lock:
