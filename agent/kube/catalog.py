@@ -24,18 +24,21 @@ REASONS: tuple[Reason, ...] = (
         Severity.WARNING,
         "Every slot of the fleet-wide disruption budget is taken: this node's drain, GPU reset or reboot waits "
         "(its taint still keeps new pods away).",
+        action="none",  # about the remediation itself: never remediated
     ),
     Reason(
         "DisruptionBudgetMissing",
         Severity.WARNING,
         "The disruption budget namespace has no ResourceQuota capping Leases, so no remediation step runs "
         "(fail closed) until an operator creates it.",
+        action="none",  # about the remediation itself: never remediated
     ),
     Reason(
         "DrainTimedOut",
         Severity.WARNING,
         "The drain timeout passed with pods still on the node (refused by their PodDisruptionBudgets, or in a "
         "namespace whose timeout policy is wait); the message names them.",
+        action="none",  # about the remediation itself: never remediated
     ),
     Reason(
         "KubeApiError",
