@@ -10,7 +10,7 @@ _DRAIN = "drain_and_diagnose"  # a cable, optic or switch port: the node cannot 
 
 
 def _r(name: str, severity: Severity, action: str, summary: str, *, unknown: bool = False) -> Reason:
-    return Reason(name, severity, summary, unknown=unknown, family="Infiniband")
+    return Reason(name, severity, summary, unknown=unknown, family="Infiniband", action=action)
 
 
 REASONS: tuple[Reason, ...] = (

@@ -50,7 +50,9 @@ def test_any_increase_of_a_fatal_counter_is_critical_for_fatal_window(tree: IbTr
     tree.bump("mlx5_1", 1, **{counter: 1})
     obs = runs.run()
     (f,) = [f for f in obs.findings if f.reason == reason]
-    assert (f.subject, f.severity) == ("mlx5_1/1", CATALOG.reason(reason).severity) and f.severity == Severity.CRITICAL
+    entry = CATALOG.reason(reason)
+    assert (f.subject, f.severity, f.action) == ("mlx5_1/1", entry.severity, entry.action)
+    assert (f.severity, f.action) == (Severity.CRITICAL, "drain_and_diagnose")
     assert f"{counter} rose by 1 within the last 1h" in f.message
     assert reason in {r for _, r in reasons(runs.run(after=3000, restart=True))}  # still within the hour, after a restart
     assert reason not in {r for _, r in reasons(runs.run(after=1200))}  # the hour has passed without another increase
@@ -64,7 +66,7 @@ def test_symbol_errors_count_over_the_hour_across_a_restart(tree: IbTree, tmp_pa
     tree.bump("mlx5_0", 1, symbol_error=70)
     obs = runs.run(after=1800, restart=True)  # the agent restarted in the middle of the window
     (f,) = obs.findings
-    assert (f.subject, f.reason, f.severity) == ("mlx5_0/1", "IbSymbolErrors", Severity.WARNING)
+    assert (f.subject, f.reason, f.severity, f.action) == ("mlx5_0/1", "IbSymbolErrors", Severity.WARNING, "none")
     assert "rose by 140 in 40m" in f.message and "limit 120 per 1h" in f.message
     assert runs.run(after=3600).findings == ()  # no new errors in the hour since
 

@@ -63,7 +63,7 @@ def test_one_port_of_eight_not_active_is_an_outlier_among_its_peers(
     assert (f.subject, f.reason) == ("mlx5_5/1", reason)
     assert "7 of its 8 peers" in f.message
     entry = CATALOG.reason(reason)
-    assert f.severity == entry.severity
+    assert (f.severity, f.action) == (entry.severity, entry.action)
     assert value(obs, "node_health_infiniband_port_active", device="mlx5_5") == 0
     assert value(obs, "node_health_infiniband_ports", state="active") == 7
 
@@ -82,7 +82,7 @@ def test_a_port_down_past_drop_after_is_dropped_and_the_down_time_survives_a_res
     clock.advance(30)
     dropped = make_check(tree, tmp_path / "state", clock).run()
     f = next(f for f in dropped.findings if f.subject == "mlx5_2/1" and f.reason.startswith("IbPort"))
-    assert (f.reason, f.severity) == ("IbPortDropped", Severity.CRITICAL)
+    assert (f.reason, f.severity, f.action) == ("IbPortDropped", Severity.CRITICAL, "drain_and_diagnose")
     assert "for 4m" in f.message
 
 
@@ -91,7 +91,7 @@ def test_a_port_at_200_among_400_is_rate_low(tree: IbTree, tmp_path: Path) -> No
     tree.set("mlx5_6", 1, rate=HDR)
     obs = make_check(tree, tmp_path / "state", Clock()).run()
     (f,) = obs.findings
-    assert (f.subject, f.reason, f.severity) == ("mlx5_6/1", "IbPortRateLow", Severity.CRITICAL)
+    assert (f.subject, f.reason, f.severity, f.action) == ("mlx5_6/1", "IbPortRateLow", Severity.CRITICAL, "drain_and_diagnose")
     assert "200 Gb/s" in f.message and "400 Gb/s" in f.message
 
 
@@ -154,7 +154,7 @@ def test_a_vanished_device_is_missing_after_a_restart_and_a_reboot(tree: IbTree,
     assert ("mlx5_4", "IbDeviceMissing") in set(check.known_findings())
     obs = check.run()
     (f,) = obs.findings
-    assert (f.subject, f.reason, f.severity) == ("mlx5_4", "IbDeviceMissing", Severity.CRITICAL)
+    assert (f.subject, f.reason, f.severity, f.action) == ("mlx5_4", "IbDeviceMissing", Severity.CRITICAL, "reboot")
     assert value(obs, "node_health_infiniband_ports", state="present") == 7
 
 
