@@ -19,8 +19,8 @@ import json
 import sys
 from typing import Any
 
-from ..findings import Severity
-from ..gpu.xid_catalog import ACTION_TEXT, classify, lookup
+from ..findings import ACTION_TEXT, Severity
+from ..gpu.xid_catalog import classify, lookup
 from ..kernel.catalog import CATALOG
 from ..kernel.patterns import DEFAULT, Table, scan_log
 from ..parsers.xid import KIND_DRIVER_LOADED
