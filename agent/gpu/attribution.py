@@ -341,6 +341,39 @@ class GpuAttribution:
         return out
 
 
+class GpuUsers:
+    """The lookup as the remediation ladder asks it: None for "cannot tell"
+    (the reason is logged, once while it stays the same), never an exception."""
+
+    def __init__(self, attribution: GpuAttribution) -> None:
+        self.attribution = attribution
+        self._said: dict[str, str] = {}
+
+    def pods_on_gpu(self, uuid: str) -> frozenset[str] | None:
+        try:
+            pods = self.attribution.pods_on_gpu(uuid)
+        except AttributionError as exc:
+            self._cannot("pods", uuid, exc)
+            return None
+        self._said.pop(f"pods {uuid}", None)
+        return pods
+
+    def processes_on_gpu(self, uuid: str) -> tuple[int, ...] | None:
+        try:
+            pids = self.attribution.processes_on_gpu(uuid)
+        except AttributionError as exc:
+            self._cannot("processes", uuid, exc)
+            return None
+        self._said.pop(f"processes {uuid}", None)
+        return pids
+
+    def _cannot(self, what: str, uuid: str, exc: AttributionError) -> None:
+        key = f"{what} {uuid}"
+        if self._said.get(key) != str(exc):
+            self._said[key] = str(exc)
+            log.warning("which %s hold GPU %s cannot be told: %s", what, uuid, exc)
+
+
 def processes_on_gpu(uuid: str, paths: HostPaths = HOST, library: str = "") -> tuple[int, ...]:
     """PIDs NVML lists on GPU `uuid`; raises AttributionError (never () when unknown)."""
     return GpuAttribution(paths, library=library).processes_on_gpu(uuid)

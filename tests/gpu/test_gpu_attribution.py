@@ -149,3 +149,15 @@ def test_neither_source_answering_is_an_error(scenario, fake_nvml_lib, root) -> 
         kubelet.fail("UNAVAILABLE", "down")
         with pytest.raises(AttributionError, match="PodResources: .*down"):
             attribution(root, fake_nvml_lib).pods_on_gpu(GPU0)
+
+
+def test_gpu_users_says_none_when_it_cannot_tell(scenario, fake_nvml_lib, root, caplog) -> None:
+    from agent.gpu.attribution import GpuUsers
+
+    scenario.set([h100(0, procs="4100:1"), h100(1, procs="LOST")])
+    users = GpuUsers(attribution(root, fake_nvml_lib))
+    assert users.processes_on_gpu(GPU0) == (4100,)
+    assert users.pods_on_gpu(GPU0) == frozenset()  # pid 4100 is no pod's (or gone)
+    assert users.processes_on_gpu(GPU1) is None and users.pods_on_gpu(GPU1) is None
+    assert users.processes_on_gpu(GPU1) is None
+    assert sum("cannot be told" in r.message for r in caplog.records) == 2  # once per lookup while the cause stays
