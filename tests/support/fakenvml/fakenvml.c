@@ -15,7 +15,9 @@
  *   <i>.field.<id>[@<scope>] <value>   a field value (nvmlDeviceGetFieldValues); "@<scope>" names
  *                               one NVLink (scopeId), else the value holds for every scope
  *   <i>.gpm 1                   GPM supported; <i>.gpm.<metric id> <percent> one GPM metric
- *   <i>.mig.<slot> <gi> <ci> <total> <used> <free>   a MIG device (its memory in bytes)
+ *   <i>.procs <pid>:<bytes> ...  compute processes on GPU i (absent: none; NS | LOST | ERR <code>)
+ *   <i>.gprocs <pid>:<bytes> ... graphics processes on GPU i (the same forms)
+ *   <i>.mig <uuid> ...          MIG mode on, with these MIG devices (absent: no MIG support)
  *   events <code>               nvmlDeviceRegisterEvents returns <code> (3 NOT_SUPPORTED)
  *   event.<id> <gpu> <type> <data>   an event, delivered once to every event set
  *                                    (ids increase; type 8 = XidCriticalError)
@@ -39,8 +41,10 @@ enum { OK = 0, ERR_INVALID_ARGUMENT = 2, ERR_NOT_SUPPORTED = 3, ERR_NOT_FOUND = 
 #define MAX_GPUS 64
 #define MAX_LINES 4096
 
-struct device { unsigned index; };
+#define MAX_MIGS 7
+struct device { unsigned index; unsigned mig; /* 0: the GPU itself, else MIG slot + 1 */ };
 static struct device devices[MAX_GPUS];
+static struct device mig_devices[MAX_GPUS][MAX_MIGS];
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static char *keys[MAX_LINES], *vals[MAX_LINES];
@@ -230,7 +234,17 @@ static nvmlReturn_t copy_field(struct device *d, const char *fn, const char *nam
     return OK;
 }
 nvmlReturn_t nvmlDeviceGetName(struct device *d, char *buf, unsigned len) { return copy_field(d, "nvmlDeviceGetName", "name", buf, len); }
-nvmlReturn_t nvmlDeviceGetUUID(struct device *d, char *buf, unsigned len) { return copy_field(d, "nvmlDeviceGetUUID", "uuid", buf, len); }
+static int mig_uuid(unsigned gpu, unsigned slot, char *out, size_t cap);
+nvmlReturn_t nvmlDeviceGetUUID(struct device *d, char *buf, unsigned len) {
+    if (d >= &mig_devices[0][0] && d < &mig_devices[0][0] + MAX_GPUS * MAX_MIGS) {
+        char v[96];
+        if (!mig_uuid(d->index, d->mig - 1, v, sizeof v)) return ERR_INVALID_ARGUMENT;
+        if (strlen(v) + 1 > len) return ERR_INSUFFICIENT_SIZE;
+        strcpy(buf, v);
+        return OK;
+    }
+    return copy_field(d, "nvmlDeviceGetUUID", "uuid", buf, len);
+}
 nvmlReturn_t nvmlDeviceGetSerial(struct device *d, char *buf, unsigned len) { return copy_field(d, "nvmlDeviceGetSerial", "serial", buf, len); }
 
 struct pci_info_v3 {
@@ -328,6 +342,80 @@ nvmlReturn_t nvmlDeviceGetNvLinkErrorCounter(struct device *d, unsigned link, in
     rc = field_u64(d, "nvmlDeviceGetNvLinkErrorCounter", name, v);
     if (rc == ERR_NOT_SUPPORTED) *v = 0, rc = OK;
     return rc;
+}
+
+/* ------------------------------------------------------------------ processes and MIG */
+
+typedef struct { unsigned pid; unsigned long long usedGpuMemory; unsigned gpuInstanceId, computeInstanceId; } process_info_t;
+
+/* "<pid>:<bytes> ..." of key <i>.<name>; absent is an empty list. */
+static nvmlReturn_t processes(struct device *d, const char *fn, const char *name, unsigned *count, process_info_t *out) {
+    char key[64], v[2048];
+    maybe_hang(fn);
+    nvmlReturn_t rc = check_dev(d);
+    if (rc != OK) return rc;
+    snprintf(key, sizeof key, "%u.%s", d->index, name);
+    if (!get(key, v, sizeof v)) v[0] = 0;
+    if (strcmp(v, "NS") == 0) return ERR_NOT_SUPPORTED;
+    if (strcmp(v, "LOST") == 0) return ERR_GPU_IS_LOST;
+    if (strncmp(v, "ERR ", 4) == 0) return atoi(v + 4);
+    unsigned n = 0, cap = *count;
+    char *save = NULL;
+    for (char *tok = strtok_r(v, " \t", &save); tok; tok = strtok_r(NULL, " \t", &save), n++) {
+        if (out && n < cap) {
+            out[n].pid = (unsigned)strtoul(tok, NULL, 10);
+            char *colon = strchr(tok, ':');
+            out[n].usedGpuMemory = colon ? strtoull(colon + 1, NULL, 0) : ~0ull;
+            out[n].gpuInstanceId = out[n].computeInstanceId = 0xFFFFFFFFu;
+        }
+    }
+    *count = n;
+    if (n == 0) return OK;
+    return (out == NULL || cap < n) ? ERR_INSUFFICIENT_SIZE : OK;
+}
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(struct device *d, unsigned *count, process_info_t *infos) {
+    return processes(d, "nvmlDeviceGetComputeRunningProcesses_v3", "procs", count, infos);
+}
+nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(struct device *d, unsigned *count, process_info_t *infos) {
+    return processes(d, "nvmlDeviceGetGraphicsRunningProcesses_v3", "gprocs", count, infos);
+}
+
+/* The slot-th MIG uuid of GPU gpu; 1 if there is one. */
+static int mig_uuid(unsigned gpu, unsigned slot, char *out, size_t cap) {
+    char key[64], v[1024];
+    snprintf(key, sizeof key, "%u.mig", gpu);
+    if (!get(key, v, sizeof v)) return 0;
+    unsigned n = 0;
+    char *save = NULL;
+    for (char *tok = strtok_r(v, " \t", &save); tok; tok = strtok_r(NULL, " \t", &save), n++)
+        if (n == slot) return snprintf(out, cap, "%s", tok), 1;
+    return 0;
+}
+nvmlReturn_t nvmlDeviceGetMigMode(struct device *d, unsigned *current, unsigned *pending) {
+    char key[64], v[1024];
+    nvmlReturn_t rc = check_dev(d);
+    if (rc != OK) return rc;
+    snprintf(key, sizeof key, "%u.mig", d->index);
+    if (!get(key, v, sizeof v)) return ERR_NOT_SUPPORTED;
+    *current = *pending = 1;
+    return OK;
+}
+nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(struct device *d, unsigned *count) {
+    unsigned current = 0, pending = 0;
+    nvmlReturn_t rc = nvmlDeviceGetMigMode(d, &current, &pending);
+    if (rc == OK) *count = MAX_MIGS;
+    return rc;
+}
+nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(struct device *d, unsigned slot, struct device **mig) {
+    char v[96];
+    nvmlReturn_t rc = check_dev(d);
+    if (rc != OK) return rc;
+    if (slot >= MAX_MIGS) return ERR_INVALID_ARGUMENT;
+    if (!mig_uuid(d->index, slot, v, sizeof v)) return ERR_NOT_FOUND;
+    mig_devices[d->index][slot].index = d->index;
+    mig_devices[d->index][slot].mig = slot + 1;
+    *mig = &mig_devices[d->index][slot];
+    return OK;
 }
 
 /* ------------------------------------------------------------------ field values */
@@ -500,36 +588,9 @@ nvmlReturn_t nvmlDeviceGetViolationStatus(struct device *d, int policy, violatio
     return rc;
 }
 
-/* MIG devices: handles of their own; "<i>.mig.<slot> <gi> <ci> <total> <used> <free>". */
-#define MAX_MIG 8
-struct mig_device { unsigned parent, slot; };
-static struct mig_device migs[MAX_GPUS][MAX_MIG];
-
-static int is_mig(const void *p) {
-    return (const char *)p >= (const char *)migs && (const char *)p < (const char *)migs + sizeof migs;
-}
-static nvmlReturn_t mig_fields(struct mig_device *m, unsigned *gi, unsigned *ci, unsigned long long mem[3]) {
-    char key[64], v[160];
-    snprintf(key, sizeof key, "%u.mig.%u", m->parent, m->slot);
-    if (!get(key, v, sizeof v)) return ERR_NOT_FOUND;
-    unsigned g = 0, c = 0;
-    unsigned long long t = 0, u = 0, f = 0;
-    sscanf(v, "%u %u %llu %llu %llu", &g, &c, &t, &u, &f);
-    if (gi) *gi = g;
-    if (ci) *ci = c;
-    if (mem) mem[0] = t, mem[1] = u, mem[2] = f;
-    return OK;
-}
-
 typedef struct { unsigned long long total, free, used; } memory_t;
 typedef struct { unsigned version; unsigned long long total, reserved, free, used; } memory_v2_t;
 static nvmlReturn_t memory_of(struct device *d, const char *fn, unsigned long long out[4]) {
-    if (is_mig(d)) {
-        unsigned long long mem[3];
-        nvmlReturn_t rc = mig_fields((struct mig_device *)d, NULL, NULL, mem);
-        out[0] = mem[0], out[1] = 0, out[2] = mem[2], out[3] = mem[1];
-        return rc;
-    }
     char v[160];
     nvmlReturn_t rc = field_str(d, fn, "memory", v, sizeof v); /* "total reserved free used" */
     if (rc == OK) out[0] = out[1] = out[2] = out[3] = 0, sscanf(v, "%llu %llu %llu %llu", &out[0], &out[1], &out[2], &out[3]);
@@ -549,34 +610,6 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(struct device *d, memory_v2_t *m) {
     nvmlReturn_t rc = memory_of(d, "nvmlDeviceGetMemoryInfo_v2", v);
     if (rc == OK) m->total = v[0], m->reserved = v[1], m->free = v[2], m->used = v[3];
     return rc;
-}
-
-nvmlReturn_t nvmlDeviceGetMigMode(struct device *d, unsigned *current, unsigned *pending) {
-    nvmlReturn_t rc = field_uint(d, "nvmlDeviceGetMigMode", "mig", current);
-    if (rc == OK) *pending = *current;
-    return rc;
-}
-nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(struct device *d, unsigned *count) {
-    nvmlReturn_t rc = check_dev(d);
-    if (rc == OK) *count = MAX_MIG - 1;
-    return rc;
-}
-nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(struct device *d, unsigned slot, struct mig_device **out) {
-    maybe_hang("nvmlDeviceGetMigDeviceHandleByIndex");
-    nvmlReturn_t rc = check_dev(d);
-    if (rc != OK) return rc;
-    if (slot >= MAX_MIG) return ERR_INVALID_ARGUMENT;
-    struct mig_device *m = &migs[d->index][slot];
-    m->parent = d->index, m->slot = slot;
-    rc = mig_fields(m, NULL, NULL, NULL);
-    if (rc == OK) *out = m;
-    return rc;
-}
-nvmlReturn_t nvmlDeviceGetGpuInstanceId(struct mig_device *m, unsigned *id) {
-    return is_mig(m) ? mig_fields(m, id, NULL, NULL) : ERR_INVALID_ARGUMENT;
-}
-nvmlReturn_t nvmlDeviceGetComputeInstanceId(struct mig_device *m, unsigned *id) {
-    return is_mig(m) ? mig_fields(m, NULL, id, NULL) : ERR_INVALID_ARGUMENT;
 }
 
 /* ------------------------------------------------------------------ GPM (Hopper and later) */
