@@ -124,6 +124,8 @@ TELEMETRY_METRICS: tuple[MetricSpec, ...] = (
     MetricSpec("node_health_gpu_memory_used_bytes", "gauge", "Framebuffer memory allocated (not counting reserved, from driver 510).", G),
     MetricSpec("node_health_gpu_memory_free_bytes", "gauge", "Framebuffer memory free.", G),
     MetricSpec("node_health_gpu_memory_reserved_bytes", "gauge", "Framebuffer memory reserved by the driver and firmware.", G),
+    MetricSpec("node_health_gpu_mig_memory_total_bytes", "gauge", "A MIG device's framebuffer share; device is its UUID (as in node_health_gpu_allocation).", ("gpu", "device")),
+    MetricSpec("node_health_gpu_mig_memory_used_bytes", "gauge", "Framebuffer memory allocated on a MIG device.", ("gpu", "device")),
     MetricSpec("node_health_gpu_memory_temperature_celsius", "gauge", "HBM / memory temperature.", G),
     MetricSpec("node_health_gpu_performance_state", "gauge", "Performance state: 0 (P0, highest) to 15 (P15, lowest).", G),
     MetricSpec("node_health_gpu_pcie_bytes_total", "counter", "PCIe bytes transmitted and received by the GPU (can wrap).", ("gpu", "direction")),

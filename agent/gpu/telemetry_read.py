@@ -137,6 +137,7 @@ class TelemetryReader:
         pstate = self._call(t, "pstate", lambda: self.nv.nvmlDeviceGetPerformanceState(h))
         if pstate is not None and int(pstate) != PSTATE_UNKNOWN:
             t.add("node_health_gpu_performance_state", float(pstate))
+        self._mig(t, h)
 
     # ------------------------------------------------------------ field values
 
@@ -231,16 +232,41 @@ class TelemetryReader:
                 t.add("node_health_gpu_codec_utilization_ratio", util[0] / 100, ("engine", engine))
 
     def _memory(self, t: Telemetry, h: Any) -> None:
-        nv = self.nv
-        mem = self._call(t, "memory_v2", lambda: nv.nvmlDeviceGetMemoryInfo(h, version=MEMORY_V2))
+        mem = self._memory_info(t, h, "")
         if mem is not None:
-            t.add("node_health_gpu_memory_reserved_bytes", float(mem.reserved))
-        else:  # before driver 510: no reserved figure, and "used" includes it
-            mem = self._call(t, "memory", lambda: nv.nvmlDeviceGetMemoryInfo(h))
-        if mem is not None:
+            if hasattr(mem, "reserved"):
+                t.add("node_health_gpu_memory_reserved_bytes", float(mem.reserved))
             t.add("node_health_gpu_memory_total_bytes", float(mem.total))
             t.add("node_health_gpu_memory_used_bytes", float(mem.used))
             t.add("node_health_gpu_memory_free_bytes", float(mem.free))
+
+    def _memory_info(self, t: Telemetry, h: Any, what: str) -> Any:
+        """nvmlMemory_v2_t, or before driver 510 nvmlMemory_t (no reserved figure, and "used" includes it)."""
+        nv = self.nv
+        mem = self._call(t, f"{what}memory_v2", lambda: nv.nvmlDeviceGetMemoryInfo(h, version=MEMORY_V2))
+        return mem if mem is not None else self._call(t, f"{what}memory", lambda: nv.nvmlDeviceGetMemoryInfo(h))
+
+    def _mig(self, t: Telemetry, h: Any) -> None:
+        """Per MIG device (MIG mode on): its framebuffer share, labelled with its UUID, the
+        kubelet's device id for MIG (node_health_gpu_allocation's `device`)."""
+        nv = self.nv
+        mode = self._call(t, "mig_mode", lambda: nv.nvmlDeviceGetMigMode(h))
+        if mode is None or int(mode[0]) != 1:
+            return
+        slots = self._call(t, "mig_count", lambda: nv.nvmlDeviceGetMaxMigDeviceCount(h), cache=False) or 0
+        for slot in range(int(slots)):
+            try:
+                mig = nv.nvmlDeviceGetMigDeviceHandleByIndex(h, slot)
+            except Exception as exc:
+                if nvml.code(exc) in (nvml.NOT_FOUND, nvml.INVALID_ARGUMENT):
+                    continue  # an empty slot
+                self._raise_lost(t, exc, f"mig{slot}")
+                continue
+            uuid = nvml.text(self._call(t, "mig_uuid", partial(nv.nvmlDeviceGetUUID, mig), cache=False) or "")
+            mem = self._memory_info(t, mig, "mig_") if uuid else None
+            if mem is not None:
+                t.add("node_health_gpu_mig_memory_total_bytes", float(mem.total), ("device", uuid))
+                t.add("node_health_gpu_mig_memory_used_bytes", float(mem.used), ("device", uuid))
 
     def call(self, t: Telemetry, what: str, fn: Callable[[], Any]) -> Any:
         """`fn()`, or None when NVML says it is not there (remembered) or fails (in `t.errors`); raises GpuLost."""
@@ -253,14 +279,18 @@ class TelemetryReader:
         try:
             return fn()
         except Exception as exc:
-            if nvml.is_lost(exc):
-                raise GpuLost() from None
             if nvml.not_applicable(exc):
                 t.unsupported.append(what)
                 if cache:
                     self._absent.add((t.uuid, what))
-            elif nvml.code(exc) is not None:
-                t.errors.append(f"{what}: {exc}")
             else:
-                raise
+                self._raise_lost(t, exc, what)
             return None
+
+    def _raise_lost(self, t: Telemetry, exc: Exception, what: str) -> None:
+        """GPU_IS_LOST ends the GPU's reading; another NVML error is kept; anything else is a bug."""
+        if nvml.is_lost(exc):
+            raise GpuLost() from None
+        if nvml.code(exc) is None:
+            raise exc
+        t.errors.append(f"{what}: {exc}")

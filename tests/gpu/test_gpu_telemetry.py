@@ -202,3 +202,14 @@ def test_no_nvml_means_no_telemetry_and_no_finding(gpu_context, scenario) -> Non
     obs = GpuTelemetryCheck(ctx, ctx.config.checks["gpu_telemetry"]).run()
     assert obs.samples == () and obs.findings == ()
     assert "no telemetry" in obs.subjects["nvml"]
+
+
+def test_mig_devices_have_their_own_memory_by_uuid(gpu_context, scenario) -> None:
+    migs = {"mig": "MIG-aaaa MIG-bbbb", "mig0.memory": f"{20 << 30} 0 {15 << 30} {5 << 30}", "mig1.memory": f"{40 << 30} 0 {40 << 30} 0"}
+    scenario.set([h100(0, **migs), h100(1)])
+    obs = make(gpu_context).run()
+    assert values(obs, "node_health_gpu_mig_memory_used_bytes") == {(("device", "MIG-aaaa"),): 5 << 30, (("device", "MIG-bbbb"),): 0}
+    assert value(obs, "node_health_gpu_mig_memory_total_bytes", device="MIG-bbbb") == 40 << 30
+    assert value(obs, "node_health_gpu_memory_used_bytes") == 21032 << 20  # the whole GPU's, as before
+    assert values(obs, "node_health_gpu_mig_memory_used_bytes", "1") == {}  # MIG off
+    assert obs.findings == ()

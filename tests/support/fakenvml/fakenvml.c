@@ -18,6 +18,7 @@
  *   <i>.procs <pid>:<bytes> ...  compute processes on GPU i (absent: none; NS | LOST | ERR <code>)
  *   <i>.gprocs <pid>:<bytes> ... graphics processes on GPU i (the same forms)
  *   <i>.mig <uuid> ...          MIG mode on, with these MIG devices (absent: no MIG support)
+ *   <i>.mig<slot>.memory <total> <reserved> <free> <used>   a MIG device's memory; <i>.mig<slot>.gi its GPU instance
  *   events <code>               nvmlDeviceRegisterEvents returns <code> (3 NOT_SUPPORTED)
  *   event.<id> <gpu> <type> <data>   an event, delivered once to every event set
  *                                    (ids increase; type 8 = XidCriticalError)
@@ -591,8 +592,12 @@ nvmlReturn_t nvmlDeviceGetViolationStatus(struct device *d, int policy, violatio
 typedef struct { unsigned long long total, free, used; } memory_t;
 typedef struct { unsigned version; unsigned long long total, reserved, free, used; } memory_v2_t;
 static nvmlReturn_t memory_of(struct device *d, const char *fn, unsigned long long out[4]) {
-    char v[160];
-    nvmlReturn_t rc = field_str(d, fn, "memory", v, sizeof v); /* "total reserved free used" */
+    char v[160], name[32] = "memory";
+    if (d >= &mig_devices[0][0] && d < &mig_devices[0][0] + MAX_GPUS * MAX_MIGS) {
+        snprintf(name, sizeof name, "mig%u.memory", d->mig - 1); /* a MIG device: its own share */
+        d = &devices[d->index]; /* answered as its GPU answers (lost, hung, ...) */
+    }
+    nvmlReturn_t rc = field_str(d, fn, name, v, sizeof v); /* "total reserved free used" */
     if (rc == OK) out[0] = out[1] = out[2] = out[3] = 0, sscanf(v, "%llu %llu %llu %llu", &out[0], &out[1], &out[2], &out[3]);
     return rc;
 }
@@ -610,6 +615,15 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(struct device *d, memory_v2_t *m) {
     nvmlReturn_t rc = memory_of(d, "nvmlDeviceGetMemoryInfo_v2", v);
     if (rc == OK) m->total = v[0], m->reserved = v[1], m->free = v[2], m->used = v[3];
     return rc;
+}
+
+/* A MIG device's GPU instance id: "<i>.mig<slot>.gi", else slot + 1. */
+nvmlReturn_t nvmlDeviceGetGpuInstanceId(struct device *d, unsigned *id) {
+    char key[48], v[32];
+    if (!(d >= &mig_devices[0][0] && d < &mig_devices[0][0] + MAX_GPUS * MAX_MIGS)) return ERR_INVALID_ARGUMENT;
+    snprintf(key, sizeof key, "%u.mig%u.gi", d->index, d->mig - 1);
+    *id = get(key, v, sizeof v) ? (unsigned)atoi(v) : d->mig;
+    return OK;
 }
 
 /* ------------------------------------------------------------------ GPM (Hopper and later) */
