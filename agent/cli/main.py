@@ -172,7 +172,7 @@ def cmd_version(args: argparse.Namespace) -> int:
 def cmd_docs(args: argparse.Namespace) -> int:
     from .. import docs
 
-    if args.feature is not None and args.what in ("config", "actions"):
+    if args.feature is not None and args.what == "actions":
         raise UsageError(f"docs {args.what}: takes no feature (it is one table)")
     try:
         table = docs.render(args.what, args.feature)

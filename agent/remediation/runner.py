@@ -1,0 +1,180 @@
+"""The ladder's thread and its hook into the daemon.
+
+The store listener runs on the scheduler's loop thread and only hands the
+snapshot over (latest wins), as the Kubernetes actuator's does; the ladder's
+own thread ticks on every new snapshot and at least every ``interval``. A
+cluster call that raises `ApiError` or `Wait` is tried again on a later tick;
+any other exception is logged and the thread goes on: the agent cannot crash
+because a step failed. The ladder's findings (waiting for a slot, held,
+failed, retired) go into the store as an event source's, and from there to
+/metrics and to the Kubernetes side like any other finding.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable, Sequence
+
+from ..catalog import Catalog
+from ..findings import Finding, Sample
+from ..hostpaths import HostPaths
+from ..kube.actuator import Actuator
+from ..kube.api import ApiError, Wait
+from ..statedir import StateDir
+from ..store import Snapshot
+from .catalog import CHECK
+from .cluster import Cluster, Drained, NoCluster
+from .faults import faults
+from .host import Host, burn_argv
+from .ladder import Ladder
+from .settings import RemediationSection
+
+log = logging.getLogger(__name__)
+
+API_RETRY = 30.0  # seconds before a tick after an API error (the kube client backs off on its own too)
+
+
+class LadderSource:
+    """The ladder's own findings, pushed like an event source's."""
+
+    name = CHECK
+
+    def __init__(self) -> None:
+        self._emit: Callable[[Sequence[Finding], Sequence[Sample]], None] | None = None
+        self._findings: tuple[Finding, ...] = ()
+
+    def start(self, emit: Callable[[Sequence[Finding], Sequence[Sample]], None]) -> None:
+        self._emit = emit
+        emit(self._findings, ())
+
+    def stop(self) -> None:
+        self._emit = None
+
+    def known_findings(self) -> Iterable[tuple[str, str]]:
+        return (("slot", "DisruptionSlotWaiting"), ("node", "NodeRetired"))
+
+    def publish(self, findings: tuple[Finding, ...]) -> None:
+        if findings != self._findings:
+            self._findings = findings
+            if self._emit is not None:
+                self._emit(findings, ())
+
+
+class Runner:
+    def __init__(
+        self, ladder: Ladder, *, interval: float, publish_samples: Callable[[list[Sample]], None],
+        paused: Callable[[], bool | None] = lambda: False,
+    ) -> None:
+        self.ladder, self.interval, self._publish_samples, self._paused = ladder, interval, publish_samples, paused
+        self.source = LadderSource()
+        self._lock = threading.Lock()
+        self._snap: Snapshot | None = None
+        self._latest: Snapshot | None = None
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._samples: list[Sample] | None = None
+
+    def offer(self, snap: Snapshot) -> None:
+        """Store listener (scheduler loop thread): hand over, never block."""
+        with self._lock:
+            self._snap = snap
+        self._wake.set()
+
+    def kick(self) -> None:
+        """Tick now (the kill switch changed)."""
+        self._wake.set()
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="remediation", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._wake.clear()
+            with self._lock:
+                if self._snap is not None:
+                    self._latest, self._snap = self._snap, None
+            wait = self.interval
+            if self._latest is not None:
+                wait = self.step(self._latest)
+            self._wake.wait(timeout=wait)
+
+    def step(self, snap: Snapshot) -> float:
+        """One tick on `snap`; the seconds until the next one at the latest."""
+        wait = self.interval
+        self.ladder.paused = self._paused()
+        try:
+            self.ladder.tick(faults(snap.findings(), snap.samples()))
+        except (ApiError, Wait) as exc:
+            log.info("remediation: the API server said %s; trying again later", exc)
+            wait = max(wait, API_RETRY)
+        except Exception:  # the agent cannot crash; the step is tried again later
+            log.exception("remediation tick failed")
+            wait = max(wait, API_RETRY)
+        self.source.publish(self.ladder.findings())
+        samples = self.ladder.samples()
+        if samples != self._samples:
+            self._samples = samples
+            self._publish_samples(samples)
+        return wait
+
+
+class KubeSideMissing:
+    """A cluster, but this build has no Kubernetes side of the ladder: no slot is ever
+    granted, so nothing disruptive happens on a node whose pods could not be drained."""
+
+    present = True
+
+    def plan_drain(self, only_pod_uids: frozenset[str] | None = None) -> list[str]:
+        return []
+
+    def drain(self, now: float, only_pod_uids: frozenset[str] | None = None) -> Drained:
+        return Drained(done=False)
+
+    def claim_slot(self, now: float) -> bool:
+        log.error("remediation: this build cannot drain a Kubernetes node; no disruptive step is taken")
+        return False
+
+    def release_slot(self, now: float) -> None:
+        return None
+
+    def set_retired(self, retired: bool, message: str) -> None:
+        return None
+
+    def event(self, reason: str, message: str, warning: bool = False) -> None:
+        return None
+
+
+def cluster_for(kube: Actuator | None) -> Cluster:
+    """The Kubernetes side when a cluster is configured, else `NoCluster` (bare metal)."""
+    if kube is None or kube.reconciler.api is None:
+        return NoCluster()
+    return KubeSideMissing()
+
+
+def start(
+    cfg: RemediationSection, state: StateDir, paths: HostPaths, *, kube: Actuator | None, dry_run: bool,
+    config_path: str | None, publish_samples: Callable[[list[Sample]], None], catalog: Catalog,
+) -> Runner:
+    """Build and start the ladder's thread (it runs in every mode: observe exports what it would do)."""
+    cluster = cluster_for(kube)
+    host = Host(cfg, paths, burn_argv=burn_argv(config_path))
+    ladder = Ladder(cfg, state, host, cluster, catalog=catalog, dry_run=dry_run)
+    paused: Callable[[], bool | None] = lambda: False  # noqa: E731
+    if kube is not None and kube.kill_switch is not None:
+        rec = kube.reconciler
+        paused = lambda: rec.paused  # noqa: E731
+    where = "no cluster: nothing to drain, no disruption budget" if isinstance(cluster, NoCluster) else "Kubernetes"
+    log.info("remediation: mode %s%s, actions %s (%s)", cfg.mode, " (dry run)" if dry_run else "",
+             ", ".join(cfg.actions) or "none", where)
+    runner = Runner(ladder, interval=cfg.interval, publish_samples=publish_samples, paused=paused)
+    runner.start()
+    return runner
