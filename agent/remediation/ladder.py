@@ -83,6 +83,12 @@ class Ladder:
                 log.error("remediation record was damaged: no reboot for the faults standing now (%s)", ", ".join(sorted(self.suspect)))
         self.suspect &= set(self.present)
         self.would, self.waiting = {}, {}
+        if self.rec.unretire:
+            self.cluster.set_retired(False, "un-retired by an operator (agent remediation unretire)")
+            self._event("NodeUnretired", "un-retired by an operator; the ladder starts afresh")
+            log.warning("remediation: the node was un-retired by an operator; reboot history cleared")
+            self.rec.unretire = False
+            self._save()
         self._remember()
         if self.rec.retired is not None:
             self._retired(self.rec.retired)
@@ -362,21 +368,22 @@ class Ladder:
 
     def _cause(self, action: str) -> str | None:
         """Why this action may not be taken now (None: it may)."""
+        if action == "drain" and not getattr(self.cluster, "present", True):
+            return None  # no cluster: nothing to drain, nothing to withhold
         if self.cfg.mode == "observe":
             return "observe"
         if self.dry_run:
             return "dry_run"
         if self.paused is not False:
             return "kill_switch"
-        if action == "drain" and not getattr(self.cluster, "present", True):
-            return None  # no cluster: nothing to drain
         return None if action in self.cfg.actions else "disabled"
 
     def _blocked(self, ep: Episode, action: str) -> bool:
         cause = self._cause(action)
         if cause is None:
             return False
-        steps = plan(ep.action, ep.step) or (action,)
+        present = getattr(self.cluster, "present", True)
+        steps = [a for a in plan(ep.action, ep.step) or (action,) if present or a != "drain"]
         for a in steps:
             self.would[a] = self._cause(a) or cause
         self._say(f"would:{ep.key}", f"{cause}: for {ep.key} ({ep.action}) the ladder would: {self._targets(ep, steps)}")

@@ -64,6 +64,14 @@ class Record:
     reboots: list[Reboot] = field(default_factory=list)
     retired: Retired | None = None
     handled: dict[str, str] = field(default_factory=dict)  # fault key -> boot id: cured by a reset while it stands
+    unretire: bool = False  # an operator un-retired the node (agent remediation unretire): clear the cluster's mark
+
+    def unretired(self) -> bool:
+        """`agent remediation unretire`: forget the retirement and the reboots that led to it."""
+        if self.retired is None:
+            return False
+        self.retired, self.reboots, self.episode, self.unretire = None, [], None, True
+        return True
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -72,6 +80,7 @@ class Record:
             "reboots": [asdict(r) for r in self.reboots[-MAX_REBOOTS:]],
             "retired": asdict(self.retired) if self.retired else None,
             "handled": dict(self.handled),
+            "unretire": self.unretire,
         }
 
 
@@ -115,7 +124,8 @@ def parse(raw: Any) -> Record:
         raise Damaged(f"version: expected {VERSION}, got {d.get('version')!r}")
     reboots = [_reboot(r, f"reboots[{i}]") for i, r in enumerate(seq(d.get("reboots", []), "reboots"))]
     handled = {k: text(v, f"handled.{k}") for k, v in obj(d.get("handled", {}), "handled").items()}
-    return Record(_episode(d.get("episode")), reboots, _retired(d.get("retired")), handled)
+    return Record(_episode(d.get("episode")), reboots, _retired(d.get("retired")), handled,
+                  flag(d.get("unretire", False), "unretire"))
 
 
 RECORD_FILE = StateFile(FILE, parse)

@@ -319,3 +319,12 @@ def test_catalog_declares_what_the_ladder_emits(tmp_path):
     cat: Catalog = ladder.catalog
     for s in ladder.samples():
         assert cat.sample_problem(s) is None
+
+
+def test_bare_metal_observe_exports_the_reboot_and_no_drain(tmp_path):
+    host = FakeHost(settings())
+    ladder = make(tmp_path, settings(), cluster=NoCluster(), host=host)  # type: ignore[arg-type]
+    ladder.tick(fault_list(REBOOT))
+    assert value(ladder, "node_health_remediation_would", action="reboot", cause="observe") == 1
+    assert value(ladder, "node_health_remediation_would", action="drain", cause="observe") is None
+    assert host.calls == []

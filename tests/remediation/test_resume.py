@@ -118,3 +118,36 @@ def test_the_escalation_count_survives_restarts_and_reboots(tmp_path):
     again = make(tmp_path, cfg, cluster=cluster, host=host, clock=clock)
     again.tick(faults)
     assert again.step == "retired" and host.count("reboot") == 2 and cluster.count("set_retired") == 1
+
+
+def test_unretire_by_the_command_clears_the_mark_and_the_cluster_condition(tmp_path):
+    import subprocess
+    import sys
+
+    cfg = enforce()
+    cluster, host = FakeCluster(), FakeHost(cfg)
+    make(tmp_path, cfg, cluster=cluster, host=host).tick(fault_list(finding("RowRemapFailure", "rma")))
+    assert cluster.retired
+    run = [sys.executable, "-m", "agent", "remediation"]
+    p = subprocess.run([*run, "unretire", "--state-dir", str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and "un-retired" in p.stdout, p.stderr
+    again = subprocess.run([*run, "unretire", "--state-dir", str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert "not retired" in again.stdout
+    ladder = make(tmp_path, cfg, cluster=cluster, host=host)
+    ladder.tick([])
+    assert not cluster.retired and ladder.step == "idle" and "NodeUnretired" in [e[0] for e in cluster.events]
+    status = subprocess.run([*run, "status", "--state-dir", str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert '"retired": null' in status.stdout
+
+
+def test_unretire_while_the_agent_holds_the_state_dir_exits_3(tmp_path):
+    import subprocess
+    import sys
+
+    from agent.statedir import StateDir
+
+    held = StateDir(str(tmp_path))
+    held.lock()
+    p = subprocess.run([sys.executable, "-m", "agent", "remediation", "unretire", "--state-dir", str(tmp_path)],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 3 and "lock" in p.stderr
