@@ -386,7 +386,10 @@ class Ladder:
         steps = [a for a in plan(ep.action, ep.step) or (action,) if present or a != "drain"]
         for a in steps:
             self.would[a] = self._cause(a) or cause
-        self._say(f"would:{ep.key}", f"{cause}: for {ep.key} ({ep.action}) the ladder would: {self._targets(ep, steps)}")
+        plan_id = f"{ep.key} {ep.action} {ep.step} {ep.scope} {cause}"
+        if self._said.get("would") != plan_id:  # the targets are looked up (a pod list) once per plan, not per tick
+            self._said["would"] = plan_id
+            log.warning("remediation: %s: for %s (%s) the ladder would: %s", cause, ep.key, ep.action, self._targets(ep, steps))
         return True
 
     def _targets(self, ep: Episode, steps: Sequence[str]) -> str:

@@ -33,6 +33,7 @@ from .settings import RemediationSection
 log = logging.getLogger(__name__)
 
 API_RETRY = 30.0  # seconds before a tick after an API error (the kube client backs off on its own too)
+MIN_GAP = 1.0  # seconds between ticks at least: a burst of snapshots (an Xid storm) is one tick
 
 
 class LadderSource:
@@ -105,7 +106,9 @@ class Runner:
             wait = self.interval
             if self._latest is not None:
                 wait = self.step(self._latest)
-            self._wake.wait(timeout=wait)
+            if self._stop.wait(MIN_GAP):
+                return
+            self._wake.wait(timeout=max(0.0, wait - MIN_GAP))
 
     def step(self, snap: Snapshot) -> float:
         """One tick on `snap`; the seconds until the next one at the latest."""
