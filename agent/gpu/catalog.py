@@ -54,30 +54,32 @@ METRICS: tuple[MetricSpec, ...] = GPU_METRICS + XID_METRICS
 F = "GPU"
 REASONS: tuple[Reason, ...] = (
     Reason("NvmlUnavailable", Severity.INFO, "NVML cannot be used (no driver or library); GPUs are not polled.", family=F),
-    Reason("GpuLost", Severity.CRITICAL, "NVML reports GPU_IS_LOST: the GPU fell off the bus.", family=F),
-    Reason("GpuMissing", Severity.CRITICAL, "Fewer GPUs in NVML than expected, or a GPU on the PCI bus that NVML lacks.", family=F),
+    Reason("GpuLost", Severity.CRITICAL, "NVML reports GPU_IS_LOST: the GPU fell off the bus.", family=F, action="reboot"),
+    Reason("GpuMissing", Severity.CRITICAL, "Fewer GPUs in NVML than expected, or a GPU on the PCI bus that NVML lacks.", family=F, action="reboot"),
     Reason("NvmlCallHung", Severity.WARNING, "An NVML call for this GPU did not return in time.", unknown=True, family=F),
     Reason("NvmlError", Severity.WARNING, "NVML returned an unexpected error for this GPU.", unknown=True, family=F),
-    Reason("EccUncorrectable", Severity.CRITICAL, "Uncorrectable ECC errors since the driver loaded (or new this boot).", family=F),
+    Reason("EccUncorrectable", Severity.CRITICAL, "Uncorrectable ECC errors since the driver loaded (or new this boot).", family=F, action="reset_gpu"),
     Reason("EccCorrectedRate", Severity.WARNING, "Corrected ECC errors above checks.gpu.ecc_corrected_rate.", family=F),
-    Reason("RowRemapFailure", Severity.CRITICAL, "Row remapping failed: the GPU is out of spare rows (RMA criterion).", family=F),
-    Reason("RowRemapPending", Severity.WARNING, "A row remap is pending; it takes effect on a GPU reset.", family=F),
-    Reason("RetiredPagesPending", Severity.WARNING, "Pages are pending retirement (pre-Ampere); reset or reboot.", family=F),
+    Reason("RowRemapFailure", Severity.CRITICAL, "Row remapping failed: the GPU is out of spare rows (RMA criterion).", family=F, action="rma"),
+    Reason("RowRemapPending", Severity.WARNING, "A row remap is pending; it takes effect on a GPU reset.", family=F, action="reset_gpu"),
+    Reason("RetiredPagesPending", Severity.WARNING, "Pages are pending retirement (pre-Ampere); reset or reboot.", family=F, action="reset_gpu"),
     Reason("GpuTemperatureSlowdown", Severity.WARNING, "At or above the GPU's own slowdown temperature.", family=F),
-    Reason("GpuTemperatureShutdown", Severity.CRITICAL, "At or above the GPU's own shutdown temperature.", family=F),
+    Reason("GpuTemperatureShutdown", Severity.CRITICAL, "At or above the GPU's own shutdown temperature.", family=F, action="drain_and_diagnose"),
     Reason("GpuHwSlowdown", Severity.WARNING, "Clocks cut by hardware slowdown, thermal slowdown or power brake.", family=F),
-    Reason("NvLinkDown", Severity.WARNING, "An NVLink that was up earlier this boot is down.", family=F),
+    Reason("NvLinkDown", Severity.WARNING, "An NVLink that was up earlier this boot is down.", family=F, action="drain_and_diagnose"),
     Reason("NvLinkErrors", Severity.WARNING, "NVLink recovery errors, or CRC/replay errors above the configured rate.", family=F),
     Reason("PcieLinkDegraded", Severity.WARNING, "Under load, the PCIe link runs below its maximum generation or width.", family=F),
-    Reason("GpuRecoveryAction", Severity.CRITICAL, "NVML's GPU recovery action (field 230) asks for a reset, reboot or drain.", family=F),
-    Reason("XidOther", Severity.WARNING, "An Xid that is not in the catalog.", family=F),
-    Reason("GpuInitFailed", Severity.CRITICAL, "RmInitAdapter failed: a GPU did not initialise.", family=F),
-    Reason("NvSwitchSXid", Severity.WARNING, "An NVSwitch SXid error (critical when fatal).", family=F),
+    Reason("GpuRecoveryAction", Severity.CRITICAL, "NVML's GPU recovery action (field 230) asks for a reset, reboot or drain.", family=F, action="drain_and_diagnose"),
+    Reason("XidOther", Severity.WARNING, "An Xid that is not in the catalog.", family=F, action="drain_and_diagnose"),
+    Reason("GpuInitFailed", Severity.CRITICAL, "RmInitAdapter failed: a GPU did not initialise.", family=F, action="reboot"),
+    Reason("NvSwitchSXid", Severity.WARNING, "An NVSwitch SXid error (critical when fatal).", family=F, action="drain_and_diagnose"),
     Reason("KmsgCoverageLost", Severity.WARNING, "Kernel log records were lost before the agent read them; Xids may be missed.", unknown=True, family=F),
     Reason("KmsgUnavailable", Severity.WARNING, "The kernel log cannot be read; Xids come from NVML events only.", unknown=True, family=F),
     Reason("NvmlEventsUnsupported", Severity.INFO, "NVML cannot deliver Xid events for this GPU; the kernel log still does.", family=F),
     *(
-        Reason(i.reason, i.severity, f"Xid {i.xid} {i.mnemonic}: {i.meaning} (action: {i.action}).".replace(" :", ":"), family=F)
+        Reason(
+            i.reason, i.severity, f"Xid {i.xid} {i.mnemonic}: {i.meaning}.".replace(" :", ":"), family=F, action=i.action
+        )
         for i in xid_catalog.catalog().values()
     ),
 )

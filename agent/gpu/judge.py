@@ -182,5 +182,5 @@ def _recovery(r: GpuReading, b: ObservationBuilder) -> None:
         return
     name, action, sev = RECOVERY_ACTIONS.get(r.recovery_action, (f"unknown ({r.recovery_action})", "drain_and_diagnose", None))
     b.finding(
-        f"gpu{r.index}", "GpuRecoveryAction", f"NVML recovery action: {name} (action: {action})", severity=sev
+        f"gpu{r.index}", "GpuRecoveryAction", f"NVML recovery action: {name}", severity=sev, action=action
     )

@@ -15,6 +15,7 @@ REASONS: tuple[Reason, ...] = (
         Severity.WARNING,
         "A remediation step waits for a slot of the fleet's disruption budget (every slot is held by other nodes).",
         family=F,
+        action="none",  # the ladder's own state: never a cause for another step
     ),
     Reason(
         "RemediationHeld",
@@ -22,6 +23,7 @@ REASONS: tuple[Reason, ...] = (
         "A remediation step is held by a guard: minimum uptime, the reboots-per-day cap, processes still on the GPU, "
         "a damaged record, or a requested reboot that has not happened (the message says which).",
         family=F,
+        action="none",  # the ladder's own state: never a cause for another step
     ),
     Reason(
         "RemediationFailed",
@@ -29,6 +31,7 @@ REASONS: tuple[Reason, ...] = (
         "A remediation step failed (a reset, its verification, a reboot, retire or power-off command); "
         "the message says which and what the ladder does next.",
         family=F,
+        action="none",  # the ladder's own state: never a cause for another step
     ),
     Reason(
         "NodeRetired",
@@ -36,6 +39,7 @@ REASONS: tuple[Reason, ...] = (
         "The node is retired: reboots did not cure a fault, or the fault needs hardware. No further reboots; "
         "it stays tainted until an operator un-retires it (docs/remediation.md).",
         family=F,
+        action="none",  # the ladder's own state: never a cause for another step
     ),
 )
 

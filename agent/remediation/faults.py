@@ -61,7 +61,7 @@ def faults(findings: Sequence[Finding], samples: Iterable[Sample]) -> list[Fault
     uuids = gpu_uuids(samples)
     out: dict[str, Fault] = {}
     for f in findings:
-        action = getattr(f, "action", "none")
+        action = f.action
         if f.unknown or action not in ACTED or f.check == CHECK:
             continue
         gpu = f.subject[3:] if f.subject.startswith("gpu") and f.subject[3:].isdigit() else ""

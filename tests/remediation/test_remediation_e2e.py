@@ -13,12 +13,6 @@ import pytest
 from agentproc import NO_TRAFFIC, Agent, wait_for
 from fakebins import FakeBins, FakeProc
 
-from agent.findings import Finding
-
-# Finding.action is the lead's foundation (COMMON.md, "~22:35"); until it is on main no finding
-# carries an action and these end-to-end runs cannot find a fault to act on.
-pytestmark = pytest.mark.skipif("action" not in Finding.__dataclass_fields__, reason="Finding.action not on main yet")
-
 XID79 = (
     "6,1000,5000000,-;NVRM: GPU at PCI:0000:3b:00: GPU-6c1b7a44-7a5d-8f0e-3b3c-9d2a1f0e4c11\n"
     "4,1001,5000100,-;NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.\n"

@@ -169,20 +169,7 @@ class Users:
 
 
 def finding(reason: str, action: str, subject: str = "gpu0", check: str = "gpu", unknown: bool = False) -> Finding:
-    try:
-        return Finding(check, subject, reason, Severity.CRITICAL, f"{reason} on {subject}", unknown=unknown,
-                       action=action)  # type: ignore[call-arg]
-    except TypeError:  # before Finding.action lands
-        f = Finding(check, subject, reason, Severity.CRITICAL, f"{reason} on {subject}", unknown=unknown)
-        return _Acted(f, action)  # type: ignore[return-value]
-
-
-class _Acted:
-    def __init__(self, f: Finding, action: str) -> None:
-        self._f, self.action = f, action
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._f, name)
+    return Finding(check, subject, reason, Severity.CRITICAL, f"{reason} on {subject}", unknown=unknown, action=action)
 
 
 GPU_INFO = (Sample("node_health_gpu_info", 1, (("gpu", "0"), ("uuid", "GPU-aaaa")),),
