@@ -83,7 +83,7 @@ class Ladder:
                 log.error("remediation record was damaged: no reboot for the faults standing now (%s)", ", ".join(sorted(self.suspect)))
         self.suspect &= set(self.present)
         self.would, self.waiting = {}, {}
-        if self.rec.unretire:
+        if self.rec.unretire and self._cause("retire") is None:  # observe, dry run, kill switch: not yet
             self.cluster.set_retired(False, "un-retired by an operator (agent remediation unretire)")
             self._event("NodeUnretired", "un-retired by an operator; the ladder starts afresh")
             log.warning("remediation: the node was un-retired by an operator; reboot history cleared")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable, Sequence
 
 from ..catalog import Catalog
@@ -21,10 +22,12 @@ from ..findings import Finding, Sample
 from ..hostpaths import HostPaths
 from ..kube.actuator import Actuator
 from ..kube.api import ApiError, Wait
+from ..kube.drain import DrainProgress
+from ..kube.remediate import KubeRemediation
 from ..statedir import StateDir
 from ..store import Snapshot
 from .catalog import CHECK
-from .cluster import Cluster, Drained, NoCluster
+from .cluster import Cluster, NoCluster
 from .faults import faults
 from .host import Host, burn_argv
 from .ladder import Ladder
@@ -122,45 +125,66 @@ class Runner:
         except Exception:  # the agent cannot crash; the step is tried again later
             log.exception("remediation tick failed")
             wait = max(wait, API_RETRY)
-        self.source.publish(self.ladder.findings())
-        samples = self.ladder.samples()
+        cluster = self.ladder.cluster
+        side_findings = cluster.findings() if isinstance(cluster, KubeSide) else ()
+        self.source.publish(self.ladder.findings() + side_findings)
+        samples = self.ladder.samples() + (cluster.samples() if isinstance(cluster, KubeSide) else [])
         if samples != self._samples:
             self._samples = samples
             self._publish_samples(samples)
         return wait
 
 
-class KubeSideMissing:
-    """A cluster, but this build has no Kubernetes side of the ladder: no slot is ever
-    granted, so nothing disruptive happens on a node whose pods could not be drained."""
+class KubeSide:
+    """`KubeRemediation` (agent/kube/remediate.py) once the Node's UID is known: the
+    reconciler reads the Node at start (after its start-up jitter); until then a call
+    raises `Wait` and the ladder tries again on its next tick."""
 
     present = True
 
-    def plan_drain(self, only_pod_uids: frozenset[str] | None = None) -> list[str]:
-        return []
+    def __init__(self, kube: Actuator) -> None:
+        self.kube = kube
+        self.real: KubeRemediation | None = None
 
-    def drain(self, now: float, only_pod_uids: frozenset[str] | None = None) -> Drained:
-        return Drained(done=False)
+    def _get(self) -> KubeRemediation:
+        if self.real is None:
+            rec = self.kube.reconciler
+            uid = rec.node.uid()
+            if rec.api is None or not uid:
+                raise Wait(time.monotonic() + 5)
+            self.real = KubeRemediation(rec.api, rec.node_name, uid, rec.cfg)
+        return self.real
+
+    def plan_drain(self, only_pod_uids: frozenset[str] | None = None) -> list[str]:
+        return self._get().plan_drain(only_pod_uids)
+
+    def drain(self, now: float, only_pod_uids: frozenset[str] | None = None) -> DrainProgress:
+        return self._get().drain(now, only_pod_uids)
 
     def claim_slot(self, now: float) -> bool:
-        log.error("remediation: this build cannot drain a Kubernetes node; no disruptive step is taken")
-        return False
+        return self._get().claim_slot(now)
 
     def release_slot(self, now: float) -> None:
-        return None
+        self._get().release_slot(now)
 
     def set_retired(self, retired: bool, message: str) -> None:
-        return None
+        self._get().set_retired(retired, message)
 
     def event(self, reason: str, message: str, warning: bool = False) -> None:
-        return None
+        self._get().event(reason, message, warning)
+
+    def findings(self) -> tuple[Finding, ...]:
+        return self.real.findings() if self.real else ()
+
+    def samples(self) -> list[Sample]:
+        return self.real.samples() if self.real else []
 
 
 def cluster_for(kube: Actuator | None) -> Cluster:
     """The Kubernetes side when a cluster is configured, else `NoCluster` (bare metal)."""
     if kube is None or kube.reconciler.api is None:
         return NoCluster()
-    return KubeSideMissing()
+    return KubeSide(kube)
 
 
 def start(
