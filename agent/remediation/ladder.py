@@ -70,6 +70,7 @@ class Ladder:
         self.failed: dict[str, str] = {}  # action -> message (until the episode ends)
         self.counts: dict[tuple[str, str], int] = {}
         self._said: dict[str, str] = {}  # log-once memory
+        self._adopted = False  # a slot held before this process started is claimed again once (the cluster side forgot it)
 
     # ------------------------------------------------------------ the tick
 
@@ -95,6 +96,7 @@ class Ladder:
             return
         if self.rec.episode is None:
             self._start()
+        self._adopt()
         for _ in range(MAX_TRANSITIONS):
             ep = self.rec.episode
             if ep is None or not self._advance(ep):
@@ -114,6 +116,16 @@ class Ladder:
         if changed or handled != self.rec.handled or len(reboots) != len(self.rec.reboots):
             self.rec.handled, self.rec.reboots = handled, reboots
             self._save()
+
+    def _adopt(self) -> None:
+        """A slot the record says is held: the cluster side of a new process does not know it (claiming
+        one's own Lease again is idempotent), so it can renew it and release it at the end."""
+        ep = self.rec.episode
+        if self._adopted or ep is None or not ep.slot:
+            return
+        if not self.cluster.claim_slot(self.now):
+            log.warning("remediation: the disruption slot held before the restart could not be claimed again; going on")
+        self._adopted = True
 
     def _proven(self, r: Reboot) -> bool:
         """A reboot entry whose reboot happened (not the one still awaited)."""
@@ -171,7 +183,7 @@ class Ladder:
             self._wait("slot", "every slot of the fleet's disruption budget is held; waiting for one")
             self._event_once("DisruptionSlotWaiting", f"{ep.key}: waiting for a disruption slot", warning=True)
             return False
-        ep.slot = True
+        ep.slot, self._adopted = True, True
         return self._go(ep, "drain")
 
     def _drain(self, ep: Episode) -> bool:
