@@ -106,7 +106,7 @@ class Ladder:
         """Reboots the same fault came back after; cures and reboots that left the window."""
         changed = False
         for key in self.present:
-            last = next((r for r in reversed(self.rec.reboots) if r.key == key), None)
+            last = next((r for r in reversed(self.rec.reboots) if r.key == key and not r.failed), None)
             if last is not None and not last.back and last.boot_id != self.boot and self._proven(last):
                 last.back, changed = True, True
                 log.warning("%s came back after the reboot of %s: an uncured reboot", key, _utc(last.at))
@@ -291,6 +291,7 @@ class Ladder:
         res = self.host.reboot()
         self._count("reboot", "ok" if res.ok else "failed")
         if not res.ok:
+            self.rec.reboots[-1].failed = True
             self.failed["reboot"] = f"the reboot command failed: {res.detail}; trying again in {REBOOT_RETRY:.0f}s"
             log.error("reboot for %s failed: %s", ep.key, res.detail)
             ep.retry_at = self.now + REBOOT_RETRY
@@ -479,7 +480,7 @@ class Ladder:
                 for (a, r), n in sorted(self.counts.items())]
         out += [Sample("node_health_remediation_would", 1, (("action", a), ("cause", c))) for a, c in sorted(self.would.items())]
         out += [Sample("node_health_remediation_waiting", 1, (("on", on),)) for on in sorted(self.waiting)]
-        out.append(Sample("node_health_remediation_reboots", len(self.rec.reboots)))
+        out.append(Sample("node_health_remediation_reboots", sum(1 for r in self.rec.reboots if not r.failed)))
         out.append(Sample("node_health_remediation_uncured_reboots", sum(1 for r in self.rec.reboots if r.back)))
         out.append(Sample("node_health_remediation_retired", 1 if self.rec.retired else 0))
         return out

@@ -47,6 +47,7 @@ class Reboot:
     at: float
     boot_id: str  # the boot it was asked from
     back: bool = False  # the same fault came back after it (an uncured reboot)
+    failed: bool = False  # the reboot command failed: counts against the daily cap, never as a reboot
 
 
 @dataclass
@@ -106,7 +107,8 @@ def _episode(raw: Any) -> Episode | None:
 def _reboot(raw: Any, where: str) -> Reboot:
     d = obj(raw, where)
     return Reboot(text(d["key"], f"{where}.key"), number(d["at"], f"{where}.at"),
-                  text(d["boot_id"], f"{where}.boot_id"), flag(d.get("back", False), f"{where}.back"))
+                  text(d["boot_id"], f"{where}.boot_id"), flag(d.get("back", False), f"{where}.back"),
+                  flag(d.get("failed", False), f"{where}.failed"))
 
 
 def _retired(raw: Any) -> Retired | None:

@@ -328,3 +328,22 @@ def test_bare_metal_observe_exports_the_reboot_and_no_drain(tmp_path):
     assert value(ladder, "node_health_remediation_would", action="reboot", cause="observe") == 1
     assert value(ladder, "node_health_remediation_would", action="drain", cause="observe") is None
     assert host.calls == []
+
+
+def test_a_failed_reboot_command_is_retried_later_and_counts_once(tmp_path):
+    cfg = enforce()
+    host, clock = FakeHost(cfg), Clock()
+    host.reboot_ok = False
+    ladder = make(tmp_path, cfg, host=host, clock=clock)
+    faults = fault_list(REBOOT)
+    ladder.tick(faults)
+    ladder.tick(faults)
+    assert host.count("reboot") == 1 and [f.reason for f in ladder.findings()] == ["RemediationFailed"]
+    host.reboot_ok = True
+    clock.t += 601
+    ladder.tick(faults)
+    assert host.count("reboot") == 2 and ladder.step == "rebooting"
+    host.booted("boot-2")
+    ladder.tick(faults)  # back after the one reboot that happened
+    assert value(ladder, "node_health_remediation_uncured_reboots") == 1
+    assert value(ladder, "node_health_remediation_reboots") == 1

@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 from agentproc import NO_TRAFFIC, Agent, wait_for
 from fakebins import FakeBins, FakeProc
+from fakenvml import h100
+from fakenvml.fixtures import HostTree, fake_nvml_lib, scenario  # noqa: F401 - fixtures
 
 XID79 = (
     "6,1000,5000000,-;NVRM: GPU at PCI:0000:3b:00: GPU-6c1b7a44-7a5d-8f0e-3b3c-9d2a1f0e4c11\n"
@@ -71,6 +73,10 @@ settle = "2s"
 @pytest.fixture
 def host(tmp_path):
     return Host(tmp_path)
+
+
+def host_tree(tmp: Path) -> HostTree:
+    return HostTree(str(tmp / "nvml-host"))  # its own boot ID, PCI devices, this machine's mountinfo
 
 
 def agent(tmp: Path, host: Host, remediation: str, args: tuple[str, ...] = ()) -> Agent:
@@ -149,5 +155,39 @@ def test_nothing_runs_and_the_would_metric_says_why(tmp_path, host, remediation,
         a.poll(lambda _: a.value("node_health_remediation_would", action="reboot", cause=cause) == 1, what="would reboot")
         assert host.bins.calls() == []
         assert "systemctl reboot" in a.logs()
+    finally:
+        assert a.stop() == 0, a.logs()
+
+
+def test_reset_gpu_fault_resets_that_uuid_with_persistence_toggled_and_is_released(tmp_path, host, scenario, fake_nvml_lib):
+    """A pending row remap (action reset_gpu) seen through the fake NVML: the UUID comes from
+    node_health_gpu_info, the reset from the fake nvidia-smi; no reboot."""
+    nvml_host = host_tree(tmp_path)
+    nvml_host.add_gpu("0000:18:00")
+    scenario.set([h100(0, remapped="0 0 1 0")])
+    bins = FakeBins(tmp_path / "reset")
+    remediation = f"""
+[remediation]
+mode = "enforce"
+actions = ["reset_gpu", "reboot"]
+interval = "1s"
+reset_gpu_after = "0s"
+[remediation.gpu_reset]
+nvidia_smi = "{bins.path('nvidia-smi')}"
+verify_burn = "0s"
+"""
+    toml = nvml_host.toml(str(tmp_path / "state"), 'interval = "1s"\n', fake_nvml_lib)
+    toml = toml.replace("[checks.gpu]", "[checks.burn]\nenabled = false\n[checks.gpu]") + remediation
+    a = Agent(tmp_path, toml, env={"PATH": bins.env_path()})
+    try:
+        a.wait_ready()
+        uuid = "GPU-00000000-1111-2222-3333-444455556666"
+        wait_for(lambda: ["--gpu-reset", "-i", uuid] in bins.calls("nvidia-smi"), timeout=60, what="the reset")
+        a.poll(lambda _: a.value("node_health_remediation_actions_total", action="reset_gpu", result="ok") == 1,
+               what="reset counted")
+        a.poll(lambda _: step(a) == "idle", what="released")
+        acts = [c for c in bins.calls("nvidia-smi") if not any(x.startswith("--query") for x in c)]
+        assert acts[:3] == [["-i", uuid, "-pm", "0"], ["--gpu-reset", "-i", uuid], ["-i", uuid, "-pm", "1"]]
+        assert ["-q", "-i", uuid] in acts and bins.calls("systemctl") == []
     finally:
         assert a.stop() == 0, a.logs()
