@@ -85,8 +85,7 @@ class Ladder:
         self.suspect &= set(self.present)
         self.would, self.waiting = {}, {}
         if self.rec.unretire and self._cause("retire") is None:  # observe, dry run, kill switch: not yet
-            self.cluster.set_retired(False, "un-retired by an operator (agent remediation unretire)")
-            self._event("NodeUnretired", "un-retired by an operator; the ladder starts afresh")
+            self.cluster.set_retired(False, "un-retired by an operator (agent remediation unretire)")  # + its event
             log.warning("remediation: the node was un-retired by an operator; reboot history cleared")
             self.rec.unretire = False
             self._save()
@@ -327,8 +326,8 @@ class Ladder:
         if self._blocked(ep, "retire"):
             return False
         why = ep.note or f"{ep.key} needs hardware (action rma)"
+        # the condition, the label and the NodeRetired event (the contract's set_retired)
         self.cluster.set_retired(True, f"{why}: {self.present[ep.key].message if ep.key in self.present else ep.key}")
-        self._event("NodeRetired", f"{ep.key}: {why}; no further reboots", warning=True)
         self._count("retire", "ok")
         log.error("node RETIRED: %s", why)
         self.rec.retired = Retired(self.now, ep.key, why)

@@ -140,3 +140,26 @@ def test_observe_mode_lists_the_pods_it_would_evict_and_evicts_none(fake: FakeAp
         assert evictions(fake) == [] and node.leases() == [] and node.bins.calls() == []
     finally:
         assert a.stop() == 0, a.logs()
+
+
+def test_the_same_fault_after_two_reboots_retires_the_node_on_the_cluster(fake: FakeApiServer, tmp_path: Path) -> None:
+    node = Node(fake, tmp_path)
+    a = node.agent(ENFORCE.replace('actions = ["drain", "reboot"]', 'actions = ["drain", "reboot", "retire"]')
+                   + 'min_uptime = "0s"\n')
+    try:
+        for n, boot in enumerate(("22222222-0000-0000-0000-000000000000", "33333333-0000-0000-0000-000000000000"), 1):
+            a.wait_ready()
+            wait_for(lambda n=n: len(node.bins.calls("systemctl")) == n, timeout=60, what=f"reboot {n}")
+            a.stop()
+            node.proc.boot(boot)  # the fault is back after the boot: the kernel log still has the Xid
+            a.start()
+        a.wait_ready()
+        wait_for(lambda: fake.node(NODE)["metadata"].get("labels", {}).get("node-health-agent/retired") == "true",
+                 timeout=60, what="the retired label")
+        conds = {c["type"]: c["status"] for c in fake.node(NODE)["status"]["conditions"]}
+        assert conds.get("NodeHealthNeedsHardwareRepair") == "True"
+        assert any(e.get("reason") == "NodeRetired" for e in fake.events())
+        wait_for(lambda: node.leases() == [], what="the slot released at retirement")
+        assert len(node.bins.calls("systemctl")) == 2, "no third reboot"
+    finally:
+        assert a.stop() == 0, a.logs()
