@@ -188,7 +188,7 @@ class Daemon:
         )
 
     def _start_remediation(self) -> None:
-        from .remediation.runner import start
+        from .remediation.runner import attribution, start
 
         def publish(samples: list[Sample]) -> None:
             self.scheduler.call_soon(lambda: self.store.set_extra("remediation", samples))
@@ -197,6 +197,7 @@ class Daemon:
             self.cfg.remediation, self.state, host_paths(self.cfg), kube=self.kube,
             dry_run=self.opts.dry_run or self.cfg.kubernetes.dry_run, config_path=self.overrides.config_path,
             publish_samples=publish, catalog=CATALOG,
+            users=attribution(host_paths(self.cfg), self.cfg.check("gpu"), self.cfg.check("gpu_pods")),
         )
 
     def _stop_remediation(self) -> None:

@@ -70,6 +70,19 @@ class Memory:
     def port(self, name: str) -> PortMemory:
         return self.ports.setdefault(name, PortMemory())
 
+    def substance(self) -> Any:
+        """What a restart must not lose: all of it but the times of readings that repeat the value
+        before them (those only say "unchanged", which the next reading says again)."""
+        def values(h: list[tuple[float, int]]) -> list[int]:
+            return [v for i, (_, v) in enumerate(h) if i == 0 or v != h[i - 1][1]]
+
+        ports = {
+            k: (p.ever_active, p.last_active, p.down_since, tuple(p.downs),
+                {c: values(h) for c, h in p.counters.items()})
+            for k, p in self.ports.items()
+        }
+        return (self.boot, self.devices, sorted(self.skipped), ports)
+
     def as_json(self) -> dict[str, Any]:
         return {
             "boot": self.boot,

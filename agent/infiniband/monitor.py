@@ -42,6 +42,8 @@ class IbMonitor:
         self.paths, self.cfg, self._clock = paths, cfg, clock
         self.state = StateDir(state_dir)
         self._save_failed = False
+        self._mem: Memory | None = None  # loaded once; this process is the file's only writer
+        self._saved: object = None  # the substance of what was last written
 
     def watched(self, device: str, port: int) -> bool:
         cfg = self.cfg
@@ -74,7 +76,9 @@ class IbMonitor:
 
     def run(self, b: ObservationBuilder) -> None:
         now = self._clock()
-        mem = (self.state.load(MEMORY_FILE) if os.path.isdir(self.state.path) else None) or Memory()
+        if self._mem is None:
+            self._mem = (self.state.load(MEMORY_FILE) if os.path.isdir(self.state.path) else None) or Memory()
+        mem = self._mem
         mem.begin(boot_id(self.paths), now)
         listing = self._listing()
         reader = CounterReader(self.cfg.hw_counters, skipped=mem.skipped)
@@ -165,11 +169,13 @@ class IbMonitor:
         b.subject(p.name, f"{state}{rate}, {p.link_layer}")
 
     def _save(self, mem: Memory) -> None:
-        if not os.path.isdir(self.state.path):
+        """Written when something a restart must keep has changed: a steady node writes nothing."""
+        substance = mem.substance()
+        if substance == self._saved or not os.path.isdir(self.state.path):
             return  # `agent selftest` without the daemon's state dir: nothing to keep
         try:
             self.state.write_json(STATE_FILE, mem.as_json())
-            self._save_failed = False
+            self._saved, self._save_failed = substance, False
         except OSError as exc:
             (log.debug if self._save_failed else log.error)(
                 "infiniband: cannot save %s in %s: %s", STATE_FILE, self.state.path, exc.strerror or exc)

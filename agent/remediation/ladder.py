@@ -43,8 +43,14 @@ MAX_TRANSITIONS = 12  # steps one tick may take (each one persisted)
 
 
 class GpuUsers(Protocol):
+    """Who holds a GPU (`agent.gpu.attribution` behind `runner.Attribution`)."""
+
     def pods_on_gpu(self, uuid: str) -> frozenset[str] | None:
         """UIDs of the pods holding the GPU; None: cannot tell (the whole node is drained)."""
+        ...
+
+    def processes_on_gpu(self, uuid: str) -> tuple[int, ...] | None:
+        """PIDs NVML lists on the GPU; None: cannot tell (no reset)."""
         ...
 
 
@@ -221,7 +227,7 @@ class Ladder:
         mig = self.host.gpu_mig(ep.uuid)
         if mig and not gr.allow_mig:
             return self._escalate(ep, f"GPU {ep.uuid} is in MIG mode (gpu_reset.allow_mig = false)")
-        pids = self.host.gpu_processes(ep.uuid)
+        pids = self.users.processes_on_gpu(ep.uuid) if self.users else self.host.gpu_processes(ep.uuid)
         if pids is None or pids:
             what = "NVML's process list is unreadable" if pids is None else f"processes {', '.join(map(str, pids))} use it"
             if self.now - ep.step_at >= gr.busy_timeout:

@@ -19,6 +19,8 @@ from collections.abc import Callable, Iterable, Sequence
 
 from ..catalog import Catalog
 from ..findings import Finding, Sample
+from ..gpu.attribution import AttributionError, GpuAttribution
+from ..gpu.settings import GpuConfig, GpuPodsConfig, nvml_library
 from ..hostpaths import HostPaths
 from ..kube.actuator import Actuator
 from ..kube.api import ApiError, Wait
@@ -30,7 +32,7 @@ from .catalog import CHECK
 from .cluster import Cluster, NoCluster
 from .faults import faults
 from .host import Host, burn_argv
-from .ladder import Ladder
+from .ladder import GpuUsers, Ladder
 from .settings import RemediationSection
 
 log = logging.getLogger(__name__)
@@ -190,11 +192,12 @@ def cluster_for(kube: Actuator | None) -> Cluster:
 def start(
     cfg: RemediationSection, state: StateDir, paths: HostPaths, *, kube: Actuator | None, dry_run: bool,
     config_path: str | None, publish_samples: Callable[[list[Sample]], None], catalog: Catalog,
+    users: GpuUsers | None = None,
 ) -> Runner:
     """Build and start the ladder's thread (it runs in every mode: observe exports what it would do)."""
     cluster = cluster_for(kube)
     host = Host(cfg, paths, burn_argv=burn_argv(config_path))
-    ladder = Ladder(cfg, state, host, cluster, catalog=catalog, dry_run=dry_run)
+    ladder = Ladder(cfg, state, host, cluster, catalog=catalog, users=users, dry_run=dry_run)
     paused: Callable[[], bool | None] = lambda: False  # noqa: E731
     if kube is not None and kube.kill_switch is not None:
         rec = kube.reconciler
@@ -205,3 +208,33 @@ def start(
     runner = Runner(ladder, interval=cfg.interval, publish_samples=publish_samples, paused=paused)
     runner.start()
     return runner
+
+
+class Attribution:
+    """`agent.gpu.attribution` for the ladder: "cannot tell" is None (drain the node, do not reset)."""
+
+    def __init__(self, attribution: GpuAttribution, library: Callable[[], str]) -> None:
+        self.attribution, self.library = attribution, library
+
+    def pods_on_gpu(self, uuid: str) -> frozenset[str] | None:
+        self.attribution.library = self.library()
+        try:
+            return self.attribution.pods_on_gpu(uuid)
+        except AttributionError as exc:
+            log.warning("remediation: which pods hold GPU %s is unknown: %s", uuid, exc)
+            return None
+
+    def processes_on_gpu(self, uuid: str) -> tuple[int, ...] | None:
+        self.attribution.library = self.library()
+        try:
+            return self.attribution.processes_on_gpu(uuid)
+        except AttributionError as exc:
+            log.warning("remediation: the processes on GPU %s are unknown: %s", uuid, exc)
+            return None
+
+
+def attribution(paths: HostPaths, gpu: GpuConfig, pods: GpuPodsConfig) -> Attribution:
+    """The same lookup as the gpu_pods check's (its socket, log dir, deadline, resources)."""
+    found = GpuAttribution(paths, socket=pods.pod_resources_socket or None, logs_dir=pods.pod_logs_dir,
+                           call_timeout=pods.call_timeout, extra_resources=pods.resource_names)
+    return Attribution(found, lambda: nvml_library(paths, gpu))

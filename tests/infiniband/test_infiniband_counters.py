@@ -217,3 +217,20 @@ def test_a_damaged_state_file_is_set_aside_and_the_check_starts_afresh(tree: IbT
     obs = Runs(tree, tmp_path / "state").run()
     assert obs.findings == ()
     assert any(p.name.startswith("infiniband.json.bad-") for p in (tmp_path / "state").iterdir())
+
+
+def test_a_steady_node_writes_no_state_and_a_change_is_written_at_once(tree: IbTree, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from agent.statedir import StateDir
+
+    writes: list[str] = []
+    real = StateDir.write_json
+    monkeypatch.setattr(StateDir, "write_json", lambda self, name, data: writes.append(name) or real(self, name, data))
+    runs = Runs(tree, tmp_path / "state")
+    for _ in range(20):
+        runs.run()
+    assert writes == ["infiniband.json"]  # the first run: devices, ports and baselines
+    tree.bump("mlx5_0", 1, symbol_error=1)
+    runs.run()
+    assert len(writes) == 2
+    saved = json.loads((tmp_path / "state/infiniband.json").read_text())
+    assert saved["ports"]["mlx5_0/1"]["counters"]["symbol_error"][-1][1] == 1

@@ -112,7 +112,7 @@ def test_ladder_end_to_end_on_the_seams_reset_then_reboot_on_failure(tmp_path, b
     state.ensure()
     cluster = FakeCluster()
     h = Host(cfg, HostPaths(procfs=str(proc.root)))
-    ladder = Ladder(cfg, state, h, cluster, catalog=CATALOG, users=Users({UUID: frozenset({"uid-a"})}))
+    ladder = Ladder(cfg, state, h, cluster, catalog=CATALOG, users=Users({UUID: frozenset({"uid-a"})}, h))
     bins.set("pids", "999")
     faults = fault_list(finding("XidCritical48", "reset_gpu"))
     ladder.tick(faults)

@@ -161,11 +161,17 @@ class FakeCluster:
 
 
 class Users:
-    def __init__(self, pods: dict[str, frozenset[str]] | None = None) -> None:
+    """The attribution seam; processes come from the host's fake (as nvidia-smi would list them)."""
+
+    def __init__(self, pods: dict[str, frozenset[str]] | None = None, host: Host | None = None) -> None:
         self.pods = pods or {}
+        self.host = host
 
     def pods_on_gpu(self, uuid: str) -> frozenset[str] | None:
         return self.pods.get(uuid)
+
+    def processes_on_gpu(self, uuid: str) -> tuple[int, ...] | None:
+        return self.host.gpu_processes(uuid) if self.host else ()
 
 
 def finding(reason: str, action: str, subject: str = "gpu0", check: str = "gpu", unknown: bool = False) -> Finding:
@@ -184,7 +190,10 @@ def make(tmp: Any, cfg: RemediationSection, *, cluster: FakeCluster | None = Non
          users: Users | None = None, clock: Clock | None = None, dry_run: bool = False) -> Ladder:
     state = StateDir(str(tmp))
     state.ensure()
-    return Ladder(cfg, state, host or FakeHost(cfg), cluster if cluster is not None else FakeCluster(),
+    host = host or FakeHost(cfg)
+    if users is not None and users.host is None:
+        users.host = host
+    return Ladder(cfg, state, host, cluster if cluster is not None else FakeCluster(),
                   catalog=CATALOG, users=users, dry_run=dry_run, clock=clock or Clock())
 
 
