@@ -46,7 +46,8 @@ class LadderSource:
 
     name = CHECK
 
-    def __init__(self) -> None:
+    def __init__(self, enforce: bool = True) -> None:
+        self.enforce = enforce
         self._emit: Callable[[Sequence[Finding], Sequence[Sample]], None] | None = None
         self._findings: tuple[Finding, ...] = ()
 
@@ -58,7 +59,9 @@ class LadderSource:
         self._emit = None
 
     def known_findings(self) -> Iterable[tuple[str, str]]:
-        return (("slot", "DisruptionSlotWaiting"), ("node", "NodeRetired"))
+        # Exported at 0 (and so a condition on the Node) only where the ladder may act: in observe
+        # mode 7,500 nodes would each write a "no remediation problem" condition for nothing.
+        return (("slot", "DisruptionSlotWaiting"), ("node", "NodeRetired")) if self.enforce else ()
 
     def publish(self, findings: tuple[Finding, ...]) -> None:
         if findings != self._findings:
@@ -73,7 +76,7 @@ class Runner:
         paused: Callable[[], bool | None] = lambda: False,
     ) -> None:
         self.ladder, self.interval, self._publish_samples, self._paused = ladder, interval, publish_samples, paused
-        self.source = LadderSource()
+        self.source = LadderSource(enforce=ladder.cfg.mode == "enforce")
         self._lock = threading.Lock()
         self._snap: Snapshot | None = None
         self._latest: Snapshot | None = None
