@@ -35,6 +35,8 @@ def render(what: str, feature: str | None = None) -> str:
         return _table(("key", "default", "meaning"), [(f"`{k}`", f"`{d}`", doc) for k, d, doc in config_rows()])
     if what == "actions" and feature is None:
         return _actions()
+    if what == "patterns" and feature is None:
+        return _patterns()
     if what not in ("metrics", "reasons"):
         raise ValueError(what)
     if feature is None:
@@ -77,3 +79,16 @@ def _actions() -> str:
         rows.append((f"`{action}`", ACTION_TEXT[action], ", ".join(str(i.xid) for i in infos) or "—",
                      ", ".join(s.value for s in severities) or "—", hold(action)))
     return _table(("action", "what to do", "Xids", "severity", "the finding stays"), rows)
+
+
+def _patterns() -> str:
+    """The kernel-log fault table (agent/kernel/catalog.py): what each pattern matches and what it raises."""
+    from .kernel.catalog import PATTERNS
+    from .schema import format_duration
+
+    rows = []
+    for p in PATTERNS:
+        stays = "until reboot" if p.hold is None else format_duration(p.hold)
+        when = "each match" if p.threshold == 1 else f"{p.threshold} in {format_duration(p.window)}"
+        rows.append((f"`{p.name}`", f"`{p.reason}`", p.severity.value, f"`{p.action}`", when, stays, f"`{p.pattern}`"))
+    return _table(("pattern", "reason", "severity", "action", "raised on", "stays", "matches (message start)"), rows)

@@ -26,7 +26,9 @@ CI_STRICT = os.environ.get("NHA_REQUIRE_PRIVILEGED") == "1"
 # Agents under test that are not about GPUs must not read the test machine's own
 # kernel log: an NVRM/Xid line there (a real GPU host, or a developer's manual
 # check) would change their findings and exit codes.
-NO_HOST_KMSG = "\n[checks.gpu]\nxid_events = false\n"
+NO_HOST_XID = "\n[checks.gpu]\nxid_events = false\n"
+NO_KERNEL_LOG = "\n[checks.kernel]\nlog_faults = false\n"  # nor for kernel faults (a real host's ring has some)
+NO_HOST_KMSG = NO_HOST_XID + NO_KERNEL_LOG
 
 
 def skip_or_fail(reason: str) -> None:

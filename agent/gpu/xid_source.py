@@ -22,13 +22,13 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from .. import native
+from .. import kmsg_follower, native
 from ..findings import Finding, ObservationBuilder, Sample
+from ..kmsg import BATCH, KERNEL, Kmsg, KmsgError, Record, facility_name
 from ..parsers.xid import KIND_SXID
 from ..sources import Emit
 from ..statedir import StateDir, StateFile, boot_id, obj, text
 from .catalog import CATALOG
-from .kmsg import BATCH, KERNEL, Kmsg, KmsgError, Record, facility_name
 from .nvmlevents import NvmlEvents
 from .pci import bus_gpus, normalize
 from .poller import INVENTORY_FILE
@@ -51,11 +51,7 @@ def _parse(raw: Any) -> tuple[str, dict[str, Any]]:
 XID_FILE = StateFile(STATE_FILE, _parse)
 SAVE_EVERY = 5.0  # seconds between saves while only the cursor advances
 SAVE_RETRY, SAVE_RETRY_MAX = 1.0, 30.0  # backoff after a failed save (seconds)
-# Between two full batches the follower sleeps this long: a scrape waiting for the
-# GIL gets it at once instead of after the 5 ms switch interval, over and over.
-STORM_YIELD = 0.001
 STORM_SAVE_EVERY = 1.0  # seconds between saves while full batches of records keep coming
-RETRY_OPEN = 30.0
 _live: set[str] = set()  # state dirs with a running source in this process
 
 
@@ -165,6 +161,8 @@ class XidSource:
         self._save_failing, self._save_errno, self._save_errors = False, 0, 0
         self._backoff = self._retry_at = 0.0
         self._need = 0
+        self._context: list[bytes] = []  # the last NVRM lines, for messages split over records
+        self._kmsg = ""
         self.nvml = NvmlEvents(self)
 
     def known_findings(self) -> Iterable[tuple[str, str]]:
@@ -181,13 +179,15 @@ class XidSource:
             self.stream.load_json(saved[1])
         _live.add(self.ctx.state_dir)
         self._publish()
-        for target, name in ((self._follow, "xid-kmsg"), (self.nvml.run, "xid-nvml")):
-            t = threading.Thread(target=target, name=name, daemon=True)
-            t.start()
-            self._threads.append(t)
+        self._kmsg = self.ctx.paths.root(self.cfg.kmsg_path)
+        kmsg_follower.subscribe(self._kmsg, self)
+        t = threading.Thread(target=self.nvml.run, name="xid-nvml", daemon=True)
+        t.start()
+        self._threads.append(t)
 
     def stop(self) -> None:
         self.stop_event.set()
+        kmsg_follower.unsubscribe(self._kmsg, self)
         for t in self._threads:
             t.join(2.0)  # a thread stuck inside NVML is a daemon thread: left behind
         self._threads = []
@@ -277,51 +277,37 @@ class XidSource:
             return False
         return st.f_bavail * st.f_frsize >= self._need + st.f_frsize and (st.f_favail > 0 or st.f_files == 0)
 
-    # ------------------------------------------------------------ kernel log
+    # ------------------------------------------------------------ kernel log (agent.kmsg_follower calls these)
 
-    def _follow(self) -> None:
-        while not self.stop_event.is_set():
-            try:
-                k = Kmsg(self.ctx.paths.root(self.cfg.kmsg_path))
-            except KmsgError as exc:
-                reason = "InsufficientPrivilege" if exc.privilege else "KmsgUnavailable"
-                log.debug("kernel log: %s", exc)
-                self.set_status("kmsg", CATALOG.finding(CHECK, "kmsg", reason, str(exc)), up=0.0)
-                self.stop_event.wait(RETRY_OPEN)
-                continue
-            self.set_status("kmsg", None, up=1.0)
-            try:
-                self._read(k)
-            finally:
-                k.close()
+    def kmsg_failed(self, exc: KmsgError) -> None:
+        reason = "InsufficientPrivilege" if exc.privilege else "KmsgUnavailable"
+        self.set_status("kmsg", CATALOG.finding(CHECK, "kmsg", reason, str(exc)), up=0.0)
 
-    def _read(self, k: Kmsg) -> None:
-        backlog, context = True, list[bytes]()
-        while not self.stop_event.is_set():
-            records = k.read_batch()
-            with self.lock:
-                record_seq = self.stream.record_seq
-                fresh = [r for r in records if r.seq is None or record_seq(r.seq)]
-                self.stream.records_read += len(records)
-                self._dirty = self._dirty or bool(records)
-            batch = events_from(fresh, context, backlog, time.monotonic())
-            if batch.foreign:
-                self._foreign(batch.foreign)
-            caught_up = len(records) < BATCH
-            with self.lock:
-                changed = self.stream.expire() or bool(batch.foreign)
-                add = self.stream.add
-                for ev in batch.events:
-                    changed = add(ev) or changed
-                # After events, at once; in a storm (full batches back to back) at most every STORM_SAVE_EVERY.
-                self._save(force=changed and (caught_up or time.monotonic() - self._saved_at >= STORM_SAVE_EVERY))
-                if changed or records:
-                    self._publish()
-            if caught_up:
-                backlog = False
-                k.wait(1.0)
-            else:  # a storm: read on, but give the GIL away once a batch, so /metrics is served meanwhile
-                time.sleep(STORM_YIELD)
+    def kmsg_opened(self) -> None:
+        self._context = []
+        self.set_status("kmsg", None, up=1.0)
+
+    def kmsg_records(self, records: list[Record], backlog: bool) -> None:
+        if self.stop_event.is_set():
+            return
+        with self.lock:
+            record_seq = self.stream.record_seq
+            fresh = [r for r in records if r.seq is None or record_seq(r.seq)]
+            self.stream.records_read += len(records)
+            self._dirty = self._dirty or bool(records)
+        batch = events_from(fresh, self._context, backlog, time.monotonic())
+        if batch.foreign:
+            self._foreign(batch.foreign)
+        caught_up = len(records) < BATCH
+        with self.lock:
+            changed = self.stream.expire() or bool(batch.foreign)
+            add = self.stream.add
+            for ev in batch.events:
+                changed = add(ev) or changed
+            # After events, at once; in a storm (full batches back to back) at most every STORM_SAVE_EVERY.
+            self._save(force=changed and (caught_up or time.monotonic() - self._saved_at >= STORM_SAVE_EVERY))
+            if changed or records:
+                self._publish()
 
     def _foreign(self, found: list[tuple[Record, int]]) -> None:
         """NVIDIA lines that a process wrote to /dev/kmsg: counted, logged once."""

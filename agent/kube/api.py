@@ -44,6 +44,16 @@ class ApiError(Exception):
     def retryable(self) -> bool:
         return self.status in (0, 401, 429) or self.status >= 500
 
+    @property
+    def budget_refusal(self) -> bool:
+        """An eviction refused by a PodDisruptionBudget (429 with the DisruptionBudget cause, or the 500
+        "more than one PodDisruptionBudget"): an answer about that pod, not an overloaded server, so
+        it does not hold back the agent's other requests (kube-apiserver eviction.go)."""
+        if self.status == 500:
+            return "more than one PodDisruptionBudget" in self.message
+        causes = ((self.body or {}).get("details") or {}).get("causes") or [] if isinstance(self.body, dict) else []
+        return self.status == 429 and any(c.get("reason") == "DisruptionBudget" for c in causes)
+
 
 class Wait(Exception):
     """Not now: the rate limit or a backoff allows the next request at `until` (monotonic)."""
@@ -67,7 +77,7 @@ class Stats:
     def request(self, verb: str, resource: str, code: str) -> None:
         with self._lock:
             self.requests[(verb, resource, code)] += 1
-            if code == "429":
+            if code == "429" and resource != "pods/eviction":  # a budget's 429 is not throttling
                 self.throttled += 1
 
     def retry(self, reason: str) -> None:
@@ -141,6 +151,13 @@ class KubeApi:
         self.gate, self.clock, self.stats, self.timeout = gate, clock, stats, timeout
         self._reauth = reauth
 
+    def with_gate(self, gate: Gate) -> KubeApi:
+        """The same client, credentials and counters behind another rate limit (the drain's own)."""
+        api = KubeApi.__new__(KubeApi)
+        api.__dict__.update(self.__dict__)
+        api.gate = gate
+        return api
+
     # ------------------------------------------------------------ the door
 
     def call(
@@ -176,7 +193,7 @@ class KubeApi:
         self.stats.request(verb, resource, str(err.status) if err.status else "error")
         if err.status == 401 and self._reauth is not None:
             self._reauth()  # a rotated service-account token: read it again now
-        if err.retryable:
+        if err.retryable and not err.budget_refusal:
             self.gate.failed(self.clock(), err.retry_after)
         raise err
 
@@ -210,6 +227,28 @@ class KubeApi:
         return self.call(  # type: ignore[no-any-return]
             "patch", "nodes/status", self.core.patch_node_status, name, body, _content_type=SMP
         )
+
+    # ------------------------------------------------------------ pods (the drain)
+
+    def list_pods_on(self, node: str) -> list[dict[str, Any]]:
+        """Every pod bound to `node`, all namespaces: the field selector is the whole of what the agent reads."""
+        body = self.call("list", "pods", self.core.list_pod_for_all_namespaces, field_selector=f"spec.nodeName={node}")
+        return list(body.get("items") or [])
+
+    def evict_pod(self, ns: str, name: str, uid: str) -> None:
+        """POST pods/{name}/eviction (policy/v1): the server checks the PodDisruptionBudget; the pod's own
+        grace period; the UID precondition keeps a same-named replacement safe."""
+        body = {
+            "apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": ns},
+            "deleteOptions": {"preconditions": {"uid": uid}},
+        }
+        self.call("create", "pods/eviction", self.core.create_namespaced_pod_eviction, name, ns, body)
+
+    def delete_pod(self, ns: str, name: str, uid: str, grace: int | None) -> None:
+        body: dict[str, Any] = {"preconditions": {"uid": uid}}
+        if grace is not None:
+            body["gracePeriodSeconds"] = grace
+        self.call("delete", "pods", self.core.delete_namespaced_pod, name, ns, body=body)
 
     # ------------------------------------------------------------ leases, quota
 

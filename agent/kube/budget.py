@@ -1,4 +1,6 @@
-"""The fleet-wide taint budget, enforced by the API server itself.
+"""Fleet-wide budgets, enforced by the API server itself: the taint budget,
+and (the same class, another namespace and quota) the disruption budget that
+a drain, GPU reset or reboot claims first.
 
 Before it adds a taint, an agent creates a Lease named after its node in a
 dedicated namespace whose ResourceQuota caps ``count/leases.coordination.k8s.io``.
@@ -17,21 +19,34 @@ from __future__ import annotations
 
 import logging
 import random
-from typing import Any
+from typing import Any, Protocol
 
 from .api import ApiError, KubeApi
-from .settings import BudgetSection
 
 log = logging.getLogger(__name__)
 
 QUOTA_KEY = "count/leases.coordination.k8s.io"
 
 
+class BudgetConfig(Protocol):
+    """What a budget section says (`BudgetSection`, `DisruptionBudgetSection`)."""
+
+    @property
+    def enabled(self) -> bool: ...
+    @property
+    def namespace(self) -> str: ...
+    @property
+    def quota_name(self) -> str: ...
+    @property
+    def retry_interval(self) -> float: ...
+
+
 class Budget:
     def __init__(
-        self, api: KubeApi | None, cfg: BudgetSection, node: str, *, held: bool, recheck: float, rng: random.Random
+        self, api: KubeApi | None, cfg: BudgetConfig, node: str, *, held: bool, recheck: float, rng: random.Random,
+        what: str = "taint",
     ) -> None:
-        self.api, self.cfg, self.node = api, cfg, node
+        self.api, self.cfg, self.node, self.what = api, cfg, node, what
         self.held = held or not cfg.enabled
         self.state = "disabled" if not cfg.enabled else ("held" if held else "idle")
         self.retry_at = 0.0
@@ -77,7 +92,7 @@ class Budget:
 
     def _claimed(self) -> bool:
         self.held, self.state, self._failures, self._absent = True, "held", 0, False
-        log.info("claimed a taint budget slot (lease %s/%s)", self.cfg.namespace, self.node)
+        log.info("claimed a %s budget slot (lease %s/%s)", self.what, self.cfg.namespace, self.node)
         return True
 
     def release(self) -> None:
@@ -90,7 +105,7 @@ class Budget:
             if exc.status != 404:
                 raise
         self.held, self.state, self._absent = False, "idle", True
-        log.info("released the taint budget slot")
+        log.info("released the %s budget slot", self.what)
 
     def idle(self) -> None:
         """No slot is wanted any more: forget a refused claim."""
@@ -141,7 +156,7 @@ class Budget:
     def _refused(self, now: float, state: str) -> bool:
         if self.state != state:
             log.warning(
-                "taint budget %s: %s", state,
+                "%s budget %s: %s", self.what, state,
                 "every slot is taken" if state == "exhausted" else f"no ResourceQuota {self.cfg.namespace}/{self.cfg.quota_name} caps {QUOTA_KEY}",
             )
         self.state = state

@@ -16,6 +16,7 @@ from typing import Literal
 from ..schema import opt
 
 Effect = Literal["none", "NoSchedule", "PreferNoSchedule", "NoExecute"]
+OnTimeout = Literal["wait", "delete"]
 
 _LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
 _PREFIX = re.compile(rf"^(?P<domain>{_LABEL}(\.{_LABEL})*)/(?P<name>[A-Za-z0-9][-A-Za-z0-9_.]*)?$")
@@ -110,6 +111,69 @@ class BudgetSection:
 
 
 @dataclass(frozen=True)
+class DisruptionBudgetSection:
+    """Same shape as the taint budget (one `Budget` serves both), its own namespace and quota."""
+
+    enabled: bool = opt(
+        True, "Claim a slot (a Lease under a ResourceQuota) before a drain, GPU reset or reboot; false: no fleet-wide cap."
+    )
+    namespace: str = opt("node-health-disruption", "Namespace holding the disruption slot Leases and their ResourceQuota.",
+                         check=check_name)
+    quota_name: str = opt(
+        "node-health-disruption-budget",
+        "ResourceQuota that caps count/leases.coordination.k8s.io; missing: no disruption at all (fail closed).",
+        check=check_name,
+    )
+    retry_interval: float = opt(
+        60.0, "First wait before trying again for a slot after the budget was full (doubles up to resync_interval).",
+        duration=True, min=5,
+    )
+
+
+@dataclass(frozen=True)
+class DrainSection:
+    timeout: float = opt(
+        1800.0, "How long a drain retries evictions refused by PodDisruptionBudgets before on_timeout applies.",
+        duration=True, min=60,
+    )
+    on_timeout: OnTimeout = opt(
+        "wait", "At the timeout: wait (keep the pods, go on retrying evictions) or delete (DELETE with the pod's own grace period)."
+    )
+    namespace_on_timeout: Mapping[str, OnTimeout] = opt(
+        MappingProxyType({}), "namespace = wait | delete: on_timeout for the pods of that namespace."
+    )
+    skip_namespaces: tuple[str, ...] = opt(
+        ("kube-system",), "Namespaces whose pods are never evicted (the agent's own namespace always is).", check=check_name
+    )
+    retry_interval: float = opt(
+        5.0, "First wait before evicting a pod again after its budget refused (429); doubles, jittered, up to retry_max.",
+        duration=True, min=1,
+    )
+    retry_max: float = opt(60.0, "Longest wait between two evictions of one refused pod.", duration=True, min=1)
+    poll_interval: float = opt(5.0, "List the node's pods at most this often while draining.", duration=True, min=1)
+    qps: float = opt(1.0, "Client-side rate limit of the drain's requests (its own bucket): sustained per second.",
+                     min=0.01, max=100)
+    burst: int = opt(10, "Client-side rate limit of the drain's requests: at once.", min=1, max=100)
+
+    def validate(self) -> tuple[str, str] | None:
+        if self.retry_max < self.retry_interval:
+            return "retry_max", f'expected at least retry_interval ("{self.retry_interval:g}s"), got "{self.retry_max:g}s"'
+        for ns in self.namespace_on_timeout:
+            problem = check_name(ns)
+            if problem:
+                return f"namespace_on_timeout.{ns}", problem
+        return None
+
+    def policy_for(self, namespace: str) -> OnTimeout:
+        return self.namespace_on_timeout.get(namespace, self.on_timeout)
+
+    @property
+    def deletes(self) -> bool:
+        """Whether any namespace's pods may be deleted at the timeout (RBAC then needs pods delete)."""
+        return self.on_timeout == "delete" or "delete" in self.namespace_on_timeout.values()
+
+
+@dataclass(frozen=True)
 class KubernetesSection:
     enabled: bool = opt(True, "Turn active findings into taints, conditions and events on this node.")
     kubeconfig: str = opt(
@@ -145,3 +209,8 @@ class KubernetesSection:
     policy: PolicySection = field(default_factory=PolicySection, metadata={"doc": "Which taint effect a finding gets."})
     kill_switch: KillSwitchSection = field(default_factory=KillSwitchSection, metadata={"doc": "Cluster-wide pause."})
     budget: BudgetSection = field(default_factory=BudgetSection, metadata={"doc": "Fleet-wide cap on tainted nodes."})
+    drain: DrainSection = field(default_factory=DrainSection, metadata={"doc": "Eviction of the node's pods (remediation)."})
+    disruption_budget: DisruptionBudgetSection = field(
+        default_factory=DisruptionBudgetSection,
+        metadata={"doc": "Fleet-wide cap on nodes being drained, reset or rebooted (smaller than the taint budget)."},
+    )

@@ -33,7 +33,7 @@ Facility: a raw ``/dev/kmsg`` record (``prio,seq,usec,flags;``) and a printk
 or ``dmesg -r`` level prefix (``<prio>``) state the syslog priority,
 ``facility << 3 | level``. The kernel's own lines have facility 0 (kern);
 what a process writes to ``/dev/kmsg`` never has (the kernel gives it
-``user`` or the non-zero facility its ``<N>`` names: see `agent.gpu.kmsg`), so
+``user`` or the non-zero facility its ``<N>`` names: see `agent.kmsg`), so
 ``12,…;NVRM: Xid …`` is a process's line, not the driver's. ``dmesg`` and
 journal text state none (`NO_FACILITY`). The first line of a multi-line
 message lends its PCI address only to a line of the same facility.

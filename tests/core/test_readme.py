@@ -99,7 +99,7 @@ def test_ci_runs_the_readme_test_command() -> None:
     assert m.group(1).strip() in (ROOT / ".ci" / "run").read_text()
 
 
-@pytest.mark.parametrize("what", ["config", "metrics", "reasons", "actions"])
+@pytest.mark.parametrize("what", ["config", "metrics", "reasons", "actions", "patterns"])
 def test_docs_command_renders(what: str) -> None:
     assert docs.render(what).startswith("| ")
 

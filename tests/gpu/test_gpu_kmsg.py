@@ -11,7 +11,7 @@ import uuid
 
 import pytest
 
-from agent.gpu.kmsg import Kmsg, parse_record
+from agent.kmsg import Kmsg, parse_record
 
 # Real record prefixes (Documentation/ABI/testing/dev-kmsg: "prio,seq,usec,flags;"):
 # prio = facility << 3 | level; the kernel's own printk is facility 0.
@@ -104,7 +104,7 @@ def test_unreadable_log_says_which_privilege(tmp_path) -> None:
     path.chmod(0o000)
     os.chmod(tmp_path, 0o755)
     code = (
-        "import os\nfrom agent.gpu.kmsg import Kmsg, KmsgError\n"
+        "import os\nfrom agent.kmsg import Kmsg, KmsgError\n"
         "os.setgid(65534); os.setuid(65534)\n"
         f"try:\n    Kmsg({str(path)!r})\nexcept KmsgError as e:\n    print(e.privilege, e)\n"
     )

@@ -26,6 +26,7 @@ NET_DEV = """Inter-|   Receive                                                | 
 KMSG = (
     "6,1000,5000000,-;NVRM: GPU at PCI:0000:3b:00: GPU-6c1b7a44-7a5d-8f0e-3b3c-9d2a1f0e4c11\n"
     "4,1001,5000100,-;NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.\n"
+    "3,1002,5000200,-;mlx5_core 0000:41:00.0: poll_health:852:(pid 0): device's health compromised - reached miss count\n"
 )
 # Values that depend on this machine, on time or on how many runs happened.
 MASKED = re.compile(
@@ -48,6 +49,11 @@ def fixture_host(tmp: Path) -> tuple[HostTree, str]:
     gpu.mkdir(parents=True)
     (gpu / "vendor").write_text("0x10de\n")
     (gpu / "class").write_text("0x030200\n")
+    mc = host.sys / "devices/system/edac/mc/mc0"
+    (mc / "dimm0").mkdir(parents=True)
+    for name, value in (("ce_count", "3"), ("ue_count", "0"), ("ce_noinfo_count", "0"), ("ue_noinfo_count", "0"),
+                        ("dimm0/dimm_ce_count", "3"), ("dimm0/dimm_ue_count", "0"), ("dimm0/dimm_label", "CPU_SrcID#0_MC#0_Chan#0_DIMM#0")):
+        (mc / name).write_text(value + "\n")
     (host.root / "kmsg").write_text(KMSG)  # host paths in the config resolve under paths.rootfs
     config = f"""
 [paths]
@@ -64,6 +70,9 @@ interfaces = ["lo"]
 [checks.gpu]
 interval = "1s"
 nvml_library = "/no-driver/libnvidia-ml.so.1"
+kmsg_path = "/kmsg"
+[checks.kernel]
+interval = "1s"
 kmsg_path = "/kmsg"
 [checks.traffic]
 enabled = false
@@ -98,10 +107,11 @@ def test_metrics_on_a_fixture_host_match_the_golden_file(tmp_path: Path) -> None
     agent = Agent(tmp_path, config, env={"NODE_NAME": "golden-node", "KUBERNETES_SERVICE_HOST": ""})
     try:
         agent.wait_ready()
-        for check in ("disk", "network", "gpu", "burn"):  # two runs each: rates and deltas are settled
+        for check in ("disk", "network", "gpu", "kernel", "burn"):  # two runs each: rates and deltas are settled
             wait_for(lambda c=check: (agent.value("node_health_check_runs_total", check=c) or 0) >= 2, what=check)
         wait_for(lambda: agent.value("node_health_gpu_xid_errors_total", gpu="unknown", xid="79") is not None
                  or b'xid="79"' in agent.get("/metrics")[1], what="the Xid from the followed log")
+        wait_for(lambda: agent.value("node_health_kernel_faults_total", fault="mlx5_fatal") == 1, what="the mlx5 fault")
         wait_for(lambda: agent.value("node_health_burn_preflight_state", state="pending") == 0, what="preflight settled")
         # ... and the Kubernetes side has synced after it (its samples lag the burn's by one reconcile)
         wait_for(lambda: agent.value("node_health_would_set_condition", cause="dry_run", status="False",

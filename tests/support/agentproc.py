@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from conftest import NO_HOST_KMSG
+from conftest import NO_HOST_XID, NO_KERNEL_LOG
 from prometheus_client.parser import text_string_to_metric_families
 
 
@@ -134,7 +134,9 @@ class Agent:
         if "[checks.traffic]" not in config:
             config += NO_TRAFFIC
         if "[checks.gpu]" not in config:
-            config += NO_HOST_KMSG
+            config += NO_HOST_XID
+        if "[checks.kernel" not in config:
+            config += NO_KERNEL_LOG
         self.config_path.write_text(config)
 
     def get(self, path: str, headers: dict[str, str] | None = None) -> tuple[int, bytes]:

@@ -33,6 +33,8 @@ RESOURCES: dict[tuple[str, str], tuple[str, str, bool]] = {  # (group, plural) �
     ("", "resourcequotas"): ("ResourceQuota", "v1", True),
     ("events.k8s.io", "events"): ("Event", "events.k8s.io/v1", True),
     ("coordination.k8s.io", "leases"): ("Lease", "coordination.k8s.io/v1", True),
+    ("", "pods"): ("Pod", "v1", True),
+    ("policy", "poddisruptionbudgets"): ("PodDisruptionBudget", "policy/v1", True),
 }
 PATCH_TYPES = {
     "application/json-patch+json": "json",
@@ -99,6 +101,9 @@ class Cluster:
         self.watchers: list[Watcher] = []
         self.cache: dict[Key, Obj] | None = None  # frozen watch cache (resourceVersion=0 reads), None: live
         self.index: dict[tuple[str, str, str], set[str]] = {}  # (group, plural, namespace) → names
+        self.pods_by_node: dict[str, set[tuple[str, str]]] = {}  # spec.nodeName → (namespace, name)
+        self._pod_node: dict[tuple[str, str], str] = {}
+        self.workloads: Any = None  # workloads.Workloads: the controllers and kubelets around pods
         for ns in ("default", "kube-system"):
             self.create_namespace(ns)
 
@@ -152,6 +157,29 @@ class Cluster:
     def _after_write(self, key: Key) -> None:
         if key[:2] == ("coordination.k8s.io", "leases"):
             self._refresh_quotas(key[2])
+        elif key[:2] == ("", "pods"):
+            self._index_pod(key)
+            if self.workloads is not None:
+                self.workloads.after_pod_write(key[2])
+        elif key[:2] == ("policy", "poddisruptionbudgets") and self.workloads is not None and self.workloads.pdb_controller:
+            self.workloads.sync_pdb(key)
+
+    def _index_pod(self, key: Key) -> None:
+        pod, ref = self.objects.get(key), (key[2], key[3])
+        old = self._pod_node.pop(ref, None)
+        if old is not None:
+            self.pods_by_node[old].discard(ref)
+        node = (pod.get("spec") or {}).get("nodeName") if pod is not None else None
+        if node:
+            self._pod_node[ref] = node
+            self.pods_by_node.setdefault(node, set()).add(ref)
+
+    def pods_in(self, ns: str) -> list[Obj]:
+        """The pods of a namespace, by name (the index: no scan of every object; do not modify them)."""
+        return self.list_in("", "pods", ns)
+
+    def list_in(self, group: str, plural: str, ns: str) -> list[Obj]:
+        return [self.objects[(group, plural, ns, n)] for n in sorted(self.index.get((group, plural, ns), ()))]
 
     def _collect_garbage(self, uid: str) -> None:
         """The garbage collector: objects owned by a deleted Node go with it."""

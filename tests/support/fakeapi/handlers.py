@@ -10,6 +10,8 @@ from typing import Any
 from . import status as st
 from .cluster import RESOURCES, Cluster, Key, Obj, Request, Route, Watcher, apply_patch
 
+POD_FIELDS = ("metadata.name", "metadata.namespace", "spec.nodeName", "spec.restartPolicy", "spec.schedulerName",
+              "spec.serviceAccountName", "spec.hostNetwork", "status.phase", "status.podIP", "status.nominatedNodeName")
 _PATH = re.compile(r"^/(?:api/(?P<core>v1)|apis/(?P<group>[^/]+)/(?P<version>[^/]+))/(?P<rest>.+)$")
 
 
@@ -24,6 +26,15 @@ class Stream:
     kind: str
     api_version: str
     ended: bool = False  # nothing follows the initial events (the in-stream 410)
+
+
+def pod_field(pod: Obj, name: str) -> str:
+    value: Any = pod
+    for part in name.split("."):
+        value = (value or {}).get(part) if isinstance(value, dict) else None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return "" if value is None else str(value)
 
 
 def route(path: str) -> Route | None:
@@ -70,12 +81,19 @@ class Handlers:
             return 200, self._list(req, r)
         if verb == "watch":
             return self._watch(req, r)
+        if verb == "create" and (r.plural, r.sub) == ("pods", "eviction"):
+            return self.c.workloads.evict(r.namespace, r.name, req.json())  # type: ignore[no-any-return]
         if verb == "create":
             return self._create(req, r)
         if verb == "update":
             return self._update(req, r, key)
         if verb == "patch":
             return self._patch(req, r, key)
+        if verb == "delete" and r.plural == "pods":
+            options = req.json() or {}
+            if req.query.get("gracePeriodSeconds"):
+                options["gracePeriodSeconds"] = int(req.query["gracePeriodSeconds"])
+            return 200, self.c.workloads.delete_pod(r.namespace, r.name, options)
         if verb == "delete":
             obj = self.c.delete(key)
             if obj is None:
@@ -95,8 +113,29 @@ class Handlers:
         return m[1]
 
     def _list(self, req: Request, r: Route) -> Obj:
-        items = self.c.list(r.group, r.plural, r.namespace, self._selected_name(req), cached=req.query.get("resourceVersion") == "0")
+        if r.plural == "pods":
+            items = self._list_pods(req, r)
+        else:
+            items = self.c.list(r.group, r.plural, r.namespace, self._selected_name(req), cached=req.query.get("resourceVersion") == "0")
         return {"kind": f"{r.kind}List", "apiVersion": r.api_version, "metadata": {"resourceVersion": str(self.c.rv)}, "items": items}
+
+    def _list_pods(self, req: Request, r: Route) -> list[Obj]:
+        """Pods by field selector (registry/core/pod/strategy.go PodToSelectableFields: metadata.name,
+        metadata.namespace, spec.nodeName, status.phase, ...; "=", "==" and "!="), spec.nodeName from an index."""
+        terms = []
+        for term in filter(None, req.query.get("fieldSelector", "").split(",")):
+            m = re.fullmatch(r"([a-zA-Z.]+)(!=|==|=)(.*)", term)
+            if not m or m[1] not in POD_FIELDS:
+                raise st.bad_request(f'"{term}" is not a known field selector: field label not supported: {m[1] if m else term}')
+            terms.append((m[1], m[2] != "!=", m[3]))
+        with self.c.lock:
+            node = next((v for f, eq, v in terms if f == "spec.nodeName" and eq), None)
+            if node is not None:
+                keys = sorted(self.c.pods_by_node.get(node, ()))
+                pods = [self.c.objects[("", "pods", ns, n)] for ns, n in keys if not r.namespace or ns == r.namespace]
+            else:
+                pods = [o for k, o in sorted(self.c.objects.items()) if k[:2] == ("", "pods") and (not r.namespace or k[2] == r.namespace)]
+            return [copy.deepcopy(p) for p in pods if all((pod_field(p, f) == v) == eq for f, eq, v in terms)]
 
     def _watch(self, req: Request, r: Route) -> Stream:
         w = Watcher(r.group, r.plural, r.namespace, self._selected_name(req))
@@ -123,6 +162,8 @@ class Handlers:
             raise st.invalid(r.kind, r.group, "", [("metadata.name", "Required value: name or generateName is required")])
         if r.namespace:
             meta["namespace"] = r.namespace
+        if r.plural == "poddisruptionbudgets":
+            meta["generation"] = 1
         obj["apiVersion"], obj["kind"] = r.api_version, r.kind
         key: Key = (r.group, r.plural, r.namespace, meta["name"])
         self._validate(r, obj)
@@ -163,9 +204,11 @@ class Handlers:
         elif r.plural == "nodes":  # and the main resource never changes status
             new["status"] = cur.get("status", {})
         new.setdefault("metadata", {})
-        for f in ("name", "namespace", "uid", "creationTimestamp"):
+        for f in ("name", "namespace", "uid", "creationTimestamp", "generation"):
             if f in cur["metadata"]:
                 new["metadata"][f] = cur["metadata"][f]
+        if r.plural == "poddisruptionbudgets" and r.sub != "status" and new.get("spec") != cur.get("spec"):
+            new["metadata"]["generation"] = cur["metadata"].get("generation", 1) + 1
         self._validate(r, new)
         return self.c.put(key, new)
 

@@ -23,6 +23,7 @@ from typing import Any
 from . import status as st
 from .cluster import Cluster, Obj, Request
 from .handlers import Handlers, Stream, route, verb_of
+from .workloads import ReplicaSet, Workloads, make_pod
 
 USER = "system:serviceaccount:node-health:node-health-agent"
 
@@ -92,6 +93,7 @@ class FakeApiServer:
     token: str = "test-token"
     user: str = USER
     clock: Callable[[], float] = time.monotonic
+    wall: Callable[[], float] = time.time  # timestamps written into objects (deletionTimestamp, disruptedPods)
     bookmark_interval: float = 60.0
     history: int = 1000
     cluster: Cluster = field(init=False)
@@ -104,6 +106,7 @@ class FakeApiServer:
 
     def __post_init__(self) -> None:
         self.cluster = Cluster(history=self.history)
+        self.workloads = self.cluster.workloads = Workloads(self.cluster, self.clock, self.wall)
         self.handlers = Handlers(self.cluster)
         self.tokens.setdefault(self.token, self.user)
         self._lock = threading.Lock()
@@ -127,9 +130,10 @@ class FakeApiServer:
             self._throttle(req)
             if r is None:
                 raise st.ApiStatus(404, "NotFound", "the server could not find the requested resource")
-            if (verb, r.plural) in self.forbidden:
+            if (verb, r.plural) in self.forbidden or (r.sub and (verb, f"{r.plural}/{r.sub}") in self.forbidden):
                 raise st.rbac_denied(req.user, verb, r.group, r.plural, r.name, r.namespace)
             self._run_hooks(req)
+            self.workloads.reap()
             out = self.handlers.handle(req, r, verb)
         except st.ApiStatus as err:
             rec.status = err.code
@@ -225,6 +229,57 @@ class FakeApiServer:
         self.cluster.put(("", "resourcequotas", ns, name), quota)
         with self.cluster.lock:
             self.cluster._refresh_quotas(ns)
+
+    # ------------------------------------------------------------ pods, budgets, workloads
+
+    def add_pod(self, ns: str, name: str, node: str, *, labels: dict[str, str] | None = None,
+                owner: tuple[str, str] | None = None, mirror: bool = False, phase: str = "Running",
+                ready: bool = True, grace: int = 30, stuck: bool = False, stop_after: float = 0.0) -> Obj:
+        """A pod bound to `node`; owner = (kind, name), e.g. ("DaemonSet", "agent"). `stuck`: the kubelet
+        never stops it (it stays, terminating, past its grace period); `stop_after`: seconds it takes to exit."""
+        if not self.cluster.namespace_exists(ns):
+            self.cluster.create_namespace(ns)
+        ref = (owner[0], owner[1], f"uid-{owner[0].lower()}-{ns}-{owner[1]}") if owner else None
+        pod = make_pod(ns, name, node, labels=labels, owner=ref, mirror=mirror, phase=phase, ready=ready, grace=grace)
+        if stuck:
+            self.workloads.stuck.add((ns, name))
+        if stop_after:
+            self.workloads.stop_after[(ns, name)] = stop_after
+        return self.cluster.put(("", "pods", ns, name), pod)
+
+    def add_replicaset(self, ns: str, name: str, replicas: int, node: str, *, labels: dict[str, str],
+                       spare: str = "spare-node", ready_after: float = 0.0, grace: int = 30) -> list[Obj]:
+        """`replicas` pods on `node`; a terminating one is replaced on `spare`, Ready after `ready_after`."""
+        rs = ReplicaSet(ns, name, replicas, dict(labels), spare, ready_after, uid=f"uid-replicaset-{ns}-{name}")
+        self.workloads.replicasets[(ns, name)] = rs
+        return [self.add_pod(ns, f"{name}-{i}", node, labels=labels, owner=("ReplicaSet", name), grace=grace)
+                for i in range(replicas)]
+
+    def add_pdb(self, ns: str, name: str, match_labels: dict[str, str], *, min_available: int | str | None = None,
+                max_unavailable: int | str | None = None) -> Obj:
+        if not self.cluster.namespace_exists(ns):
+            self.cluster.create_namespace(ns)
+        spec: Obj = {"selector": {"matchLabels": dict(match_labels)}}
+        if min_available is not None:
+            spec["minAvailable"] = min_available
+        if max_unavailable is not None:
+            spec["maxUnavailable"] = max_unavailable
+        pdb = {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+               "metadata": {"name": name, "namespace": ns, "generation": 1}, "spec": spec}
+        self.cluster.put(("policy", "poddisruptionbudgets", ns, name), pdb)
+        return self.pdb(ns, name)
+
+    def pdb(self, ns: str, name: str) -> Obj:
+        obj = self.cluster.get(("policy", "poddisruptionbudgets", ns, name))
+        assert obj is not None, name
+        return obj
+
+    def pods(self, node: str | None = None) -> list[Obj]:
+        return [p for p in self.objects("", "pods") if node is None or p["spec"].get("nodeName") == node]
+
+    def tick(self) -> None:
+        """Let the kubelets and controllers act at the current clock (requests do this too)."""
+        self.workloads.reap()
 
     def objects(self, group: str, plural: str, ns: str = "") -> list[Obj]:
         return self.cluster.list(group, plural, ns, None, cached=False)

@@ -83,6 +83,7 @@ class HostTree:
         return (
             f'[agent]\nstate_dir = "{state_dir}"\n[paths]\nprocfs = "{self.proc}"\nsysfs = "{self.sys}"\n'
             '[checks.traffic]\nenabled = false\n'  # the agent runs in the host's netns: off its firewall
+            '[checks.kernel]\nlog_faults = false\nedac = false\n'  # nor the host's kernel log for faults
             f'[checks.gpu]\nnvml_library = "{lib}"\n{extra}'
         )
 

@@ -21,7 +21,7 @@ facility is specified, we enforce LOG_USER, to be able to reliably
 distinguish kernel-generated messages from userspace-injected ones"). So a
 plain write reads back as ``12,…`` (user.warning), ``<0>`` or ``<2048>`` as
 ``8,…``, ``<30>`` as ``30,…`` (daemon.info): never facility 0 (checked on
-Linux 6.18 by `tests/test_gpu_kmsg.py`).
+Linux 6.18 by `tests/gpu/test_gpu_kmsg.py`).
 
 Any other path (a regular file, a FIFO) is read as lines in the same format,
 which is how the tests feed records; lines without the kmsg prefix are
@@ -40,7 +40,7 @@ from collections.abc import Iterator
 from itertools import repeat
 from typing import NamedTuple
 
-from ..parsers.text import u64
+from .parsers.text import u64
 
 FILE_POLL = 0.02
 READ_SIZE = 8192  # the kernel's record limit (CONSOLE_EXT_LOG_MAX) is 8 KiB

@@ -1,0 +1,180 @@
+"""What the kernel feature declares to the catalog: the kernel-log fault table
+(`PATTERNS`), its reasons and metrics, and EDAC's.
+
+Every pattern is matched against the text of one kernel log message (a
+``/dev/kmsg`` record's message, or a saved log's line without its timestamp,
+host and ``kernel:`` prefix), from its start, as the kernel prints it. The
+formats are the kernel's own (file named per pattern; node-problem-detector's
+``config/kernel-monitor.json``, GPUd's and NVSentinel's matchers agree).
+
+`threshold` matches within `window` raise the finding; it stays `hold`
+seconds after the last match, or until the node reboots (`hold` None).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..catalog import Catalog, MetricSpec, Reason
+from ..findings import Severity
+
+_CRIT, _WARN, _INFO = Severity.CRITICAL, Severity.WARNING, Severity.INFO
+MINUTE, HOUR = 60.0, 3600.0
+OPERATOR_REASON = "KernelLogPattern"  # the reason of every pattern an operator adds in the config
+
+
+@dataclass(frozen=True, slots=True)
+class FaultPattern:
+    name: str  # the finding's subject and the `fault` label: [a-z0-9_]+
+    reason: str
+    severity: Severity
+    action: str  # one of agent.findings.ACTIONS
+    pattern: str  # a Python regular expression, matched at the start of the message
+    threshold: int = 1  # matches within `window` that raise the finding
+    window: float = 10 * MINUTE
+    hold: float | None = HOUR  # after the last match; None: until the node reboots
+    summary: str = ""
+
+
+def _p(name: str, reason: str, severity: Severity, action: str, pattern: str, summary: str, **kw: object) -> FaultPattern:
+    return FaultPattern(name, reason, severity, action, pattern, summary=summary, **kw)  # type: ignore[arg-type]
+
+
+# Order matters only for a message two patterns would match: the first wins
+# (a soft lockup's "BUG: soft lockup" is not also a generic "BUG:").
+PATTERNS: tuple[FaultPattern, ...] = (
+    # kernel/hung_task.c: pr_err("INFO: task %s:%d blocked for more than %ld seconds.\n")
+    _p("hung_task", "KernelHungTask", _WARN, "none",
+       r"INFO: task .+:\d+ blocked for more than \d+ seconds\.",
+       "A task was in uninterruptible sleep longer than kernel.hung_task_timeout_secs (at most hung_task_warnings reports a boot).",
+       hold=30 * MINUTE),
+    # kernel/rcu/tree_stall.h: pr_err("INFO: %s self-detected stall on CPU") / "detected stalls on CPUs/tasks:"
+    _p("rcu_stall", "KernelRcuStall", _WARN, "none",
+       r"(?:rcu: )?INFO: rcu_(?:sched|preempt|bh) (?:self-detected stall on CPU|detected stalls? on CPUs?)",
+       "An RCU grace period stalled: a CPU did not pass a quiescent state for rcu_cpu_stall_timeout.",
+       hold=30 * MINUTE),
+    # kernel/watchdog.c: pr_emerg("BUG: soft lockup - CPU#%d stuck for %us! [%s:%d]\n"), pr_fmt "watchdog: "
+    _p("soft_lockup", "KernelSoftLockup", _WARN, "none",
+       r"(?:watchdog: )?BUG: soft lockup - CPU#\d+ stuck for \d+s!",
+       "A CPU ran kernel code without scheduling for longer than the soft-lockup threshold.",
+       hold=30 * MINUTE),
+    # kernel/watchdog.c (perf and buddy detectors): "Watchdog detected hard LOCKUP on cpu %d"
+    _p("hard_lockup", "KernelHardLockup", _CRIT, "reboot",
+       r"(?:(?:NMI )?watchdog: )?Watchdog detected hard LOCKUP on cpu \d+",
+       "A CPU stopped taking interrupts (hard lockup): the kernel cannot be trusted until a reboot.", hold=None),
+    # arch/x86/mm/fault.c, arch/x86/kernel/dumpstack.c, lib/bug.c, arch/x86/kernel/traps.c
+    _p("kernel_oops", "KernelOops", _CRIT, "reboot",
+       r"(?:Oops: |kernel BUG at \S+:\d+!|general protection fault|divide error: \d+ \[#\d+\]"
+       r"|BUG: unable to handle |BUG: kernel NULL pointer dereference)",
+       "A kernel oops (page fault in the kernel, general protection fault, BUG_ON): a task died holding kernel state.",
+       hold=None),
+    # kernel/panic.c: pr_emerg("Kernel panic - not syncing: %s\n"); seen in saved logs (scan-log), pstore
+    _p("kernel_panic", "KernelPanic", _CRIT, "reboot", r"Kernel panic - not syncing: ",
+       "The kernel panicked (seen in a saved log or a console capture).", hold=None),
+    # any other "BUG: " report: scheduling while atomic, Bad page state, workqueue lockup, ...
+    _p("kernel_bug", "KernelBug", _WARN, "none", r"BUG: ",
+       "Another kernel BUG report (scheduling while atomic, bad page state, workqueue lockup, ...).", hold=HOUR),
+    # mm/oom_kill.c: "%s: Killed process %d (%s) total-vm:..." where %s is "Out of memory" or
+    # "Memory cgroup out of memory"; older kernels: "Killed process %d (%s) total-vm:..." alone.
+    # One kill is one match: "invoked oom-killer" and "oom-kill:constraint=" lines of the same report are not counted.
+    _p("oom_kill", "KernelOomKill", _WARN, "none",
+       r"(?:Out of memory: )?Killed process \d+ \(",
+       "The kernel's OOM killer killed a process because the node ran out of memory.", hold=10 * MINUTE),
+    _p("memcg_oom_kill", "KernelMemcgOomKill", _INFO, "none",
+       r"Memory cgroup out of memory: Killed process \d+ \(",
+       "A process was killed at its cgroup's memory limit (a container over its limit; the node is fine).",
+       hold=10 * MINUTE),
+    # arch/x86/kernel/cpu/mce/core.c (pr_fmt "mce: ", HW_ERR "[Hardware Error]: "); rate-limited to 2 a minute
+    _p("machine_check", "MachineCheck", _WARN, "none",
+       r"mce: \[Hardware Error\]: (?:Machine check events logged|CPU \d+: Machine Check)",
+       "A machine check was logged (CPU, cache or memory); EDAC's counts say whether it was corrected."),
+    # mm/memory-failure.c: pr_fmt "Memory failure: ", "%#lx: recovery action for %s: %s"
+    _p("memory_failure", "MemoryFailure", _WARN, "none", r"Memory failure: 0x[0-9a-f]+: ",
+       "The kernel poisoned a page after an uncorrected memory error (memory-failure handling)."),
+    # drivers/acpi/apei/ghes.c + drivers/firmware/efi/cper.c: "{%u}[Hardware Error]: event severity: %s"
+    _p("hw_error_fatal", "HardwareErrorFatal", _CRIT, "drain_and_diagnose",
+       r"\{\d+\}\[Hardware Error\]: event severity: fatal",
+       "Firmware (APEI GHES / CPER) reported a fatal hardware error.", hold=None),
+    _p("hw_error_recoverable", "HardwareErrorRecoverable", _WARN, "drain_and_diagnose",
+       r"\{\d+\}\[Hardware Error\]: event severity: recoverable",
+       "Firmware (APEI GHES / CPER) reported an uncorrected, recoverable hardware error."),
+    _p("hw_error_corrected", "HardwareErrorCorrected", _INFO, "none",
+       r"(?:\{\d+\}\[Hardware Error\]: event severity: corrected|(?:mce: )?\[Hardware Error\]: Corrected error, no action required)",
+       "A corrected hardware error was reported (counted; the EDAC check judges the rate)."),
+    # drivers/edac/edac_mc.c: "EDAC MC%d: %d CE %s on %s (...)" (KERN_WARNING) / "... UE ..." (KERN_EMERG)
+    _p("edac_ue", "EdacUncorrectedLogged", _CRIT, "drain_and_diagnose", r"EDAC MC\d+: \d+ UE ",
+       "EDAC logged an uncorrected memory error.", hold=None),
+    _p("edac_ce", "EdacCorrectedLogged", _INFO, "none", r"EDAC MC\d+: \d+ CE ",
+       "EDAC logged corrected memory errors (counted; the EDAC check judges the rate)."),
+    # drivers/net/ethernet/mellanox/mlx5/core/cmd.c: "%s(0x%x) timeout. Will cause a leak of a command resource"
+    _p("mlx5_cmd_timeout", "Mlx5CommandTimeout", _CRIT, "reboot",
+       r"mlx5_core \S+: .*\(0x[0-9a-f]+\) timeout\. Will cause a leak of a command resource",
+       "A ConnectX (mlx5) firmware command timed out: the adapter's firmware no longer answers.", hold=None),
+    # .../mlx5/core/health.c: poll_health, print_health_info, mlx5_fw_fatal_reporter_err_work
+    _p("mlx5_fatal", "Mlx5Fatal", _CRIT, "reboot",
+       r"mlx5_core \S+: .*(?:device's health compromised - reached miss count|unrecoverable hardware error"
+       r"|Fatal error \d+ detected|Driver is in error state\. Unloading)",
+       "A ConnectX (mlx5) adapter is in a fatal state (health counter stopped, unrecoverable error, FW fatal).",
+       hold=None),
+    # net/sched/sch_generic.c: "NETDEV WATCHDOG: %s (%s): transmit queue %u timed out"
+    _p("tx_timeout", "NetdevTxTimeout", _WARN, "none",
+       r"NETDEV WATCHDOG: \S+ \(\S+\): transmit queue \d+ timed out",
+       "A NIC transmit queue stalled and the driver reset it.", hold=30 * MINUTE),
+    # drivers/nvme/host/pci.c nvme_timeout: "I/O %d QID %d timeout, ..." / "I/O tag %d (%04x) opcode ... QID %d timeout, ..."
+    _p("nvme_timeout", "NvmeTimeout", _WARN, "none", r"nvme nvme\d+: I/O (?:tag )?\d+ .*QID \d+ timeout",
+       "An NVMe command timed out (the driver aborts it or resets the controller)."),
+    _p("nvme_reset", "NvmeControllerReset", _WARN, "none", r"nvme nvme\d+: controller is down; will reset",
+       "An NVMe controller stopped answering and is being reset."),
+    _p("nvme_failed", "NvmeControllerFailed", _CRIT, "drain_and_diagnose",
+       r"nvme nvme\d+: (?:Removing after probe failure|Device not ready; aborting|Disabling device after reset failure)",
+       "An NVMe controller failed its reset and was removed: its namespaces are gone.", hold=None),
+    # block/blk-core.c blk_print_req_error ("%s error, dev %s, sector %llu ..."; older "blk_update_request: "),
+    # fs/buffer.c "Buffer I/O error on dev %pg, logical block %llu". The disk check counts SCSI ioerr_cnt
+    # and ext4's error counter for its mounts; these lines cover every device (NVMe, virtio) and filesystem.
+    _p("block_io_error", "BlockIOError", _WARN, "none",
+       r"(?:blk_update_request: )?(?:I/O|critical medium|critical target|critical nexus|recoverable transport|timeout)"
+       r" error, dev \S+, sector \d+|Buffer I/O error on dev(?:ice)? \S+, ",
+       "The block layer failed an I/O on a device (medium, transport or timeout error)."),
+    # fs/xfs/xfs_fsops.c xfs_do_force_shutdown: "Corruption of in-memory data (0x%x) detected ... Shutting down filesystem"
+    _p("xfs_shutdown", "FilesystemShutdown", _CRIT, "drain_and_diagnose",
+       r"XFS \(\S+\): .*(?:Shutting down filesystem|Filesystem has been shut down)",
+       "An XFS filesystem shut itself down after an I/O error or corruption: it fails every operation until remounted.",
+       hold=None),
+)
+
+
+def _r(name: str, severity: Severity, summary: str, unknown: bool = False) -> Reason:
+    return Reason(name, severity, summary, unknown=unknown, family="Kernel")
+
+
+REASONS: tuple[Reason, ...] = (
+    *(_r(p.reason, p.severity, p.summary) for p in PATTERNS),
+    _r(OPERATOR_REASON, _WARN, "A pattern of checks.kernel.patterns matched; its severity and action are the ones configured."),
+    _r("KernelLogUnavailable", _WARN, "The kernel log cannot be read; kernel faults are not seen.", unknown=True),
+    _r("EdacUncorrectable", _CRIT, "An EDAC memory controller counted new uncorrected memory errors."),
+    _r("EdacCorrectedRate", _WARN, "Corrected memory errors on a memory controller or DIMM above checks.kernel.edac_ce_per_day."),
+)
+
+METRICS: tuple[MetricSpec, ...] = (
+    MetricSpec("node_health_kernel_faults_total", "counter", "Kernel log messages that matched the fault table, by pattern, this boot.", ("fault",)),
+    MetricSpec(
+        "node_health_kernel_faults_not_kernel_total",
+        "counter",
+        "Kernel log records written by a process (syslog facility not kern) that looked like a fault, this boot; never findings.",
+    ),
+    MetricSpec("node_health_kernel_log_up", "gauge", "1 while the kernel-fault follower reads the kernel log."),
+    MetricSpec(
+        "node_health_edac_errors_total",
+        "counter",
+        "Memory errors counted by an EDAC memory controller (ce_count, ue_count; noinfo: not attributed to a DIMM).",
+        ("controller", "type"),
+    ),
+    MetricSpec(
+        "node_health_edac_dimm_errors_total",
+        "counter",
+        "Memory errors counted per DIMM or chip-select row (dimmN/dimm_ce_count, csrowN/ce_count, ...).",
+        ("controller", "dimm", "type"),
+    ),
+)
+
+CATALOG = Catalog.declare(REASONS, METRICS)

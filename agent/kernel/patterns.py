@@ -1,0 +1,141 @@
+"""The fault table compiled once, and matched against many messages at a time.
+
+Matching is two steps: one regular expression made of every pattern of the
+table (an alternation, anchored at the message's start) screens the messages,
+and only a message it matches is tried against the patterns one by one, in
+table order, to say which. A kernel log is almost all messages that match
+nothing, and for those the screen is one call into the regex engine, which
+rejects most of them on their first character (benches/README.md, the kernel
+log scanner).
+
+`message_of` takes the message out of a saved log's line (``dmesg``,
+``dmesg -T``, ``journalctl -k``, raw ``/dev/kmsg`` records, syslog files), so
+`agent scan-log` matches exactly what the follower matches.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+
+from ..findings import Severity
+from .catalog import OPERATOR_REASON, PATTERNS, FaultPattern
+
+NAME = re.compile(r"[a-z0-9_]{1,64}")
+
+
+class PatternError(ValueError):
+    """An operator's pattern that cannot be used; the message says what was expected."""
+
+
+def check_regex(pattern: str) -> str | None:
+    """Why `pattern` cannot be in the table (None: it can)."""
+    try:
+        compiled = re.compile(pattern.encode())
+    except (re.error, UnicodeEncodeError) as exc:
+        return f'expected a regular expression, got "{pattern}" ({exc})'
+    if compiled.groupindex or re.search(r"\\[1-9]|\(\?P=", pattern):
+        return f'expected a regular expression without named groups or backreferences, got "{pattern}"'
+    if compiled.match(b""):
+        return f'expected a regular expression that cannot match an empty message, got "{pattern}"'
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Match:
+    index: int  # of the message in the list scanned
+    pattern: FaultPattern
+
+
+class Table:
+    """The patterns in force: the built-in ones, minus those disabled, with the
+    operator's changes and additions (`agent.kernel.settings` validates them)."""
+
+    def __init__(self, patterns: Sequence[FaultPattern]) -> None:
+        self.patterns = tuple(patterns)
+        self.by_name = {p.name: p for p in self.patterns}
+        self._each = [(re.compile(p.pattern.encode()), p) for p in self.patterns]
+        screen = b"|".join(b"(?:" + p.pattern.encode() + b")" for p in self.patterns) or b"(?!)"
+        self._screen = re.compile(screen)
+
+    def scan(self, messages: Sequence[bytes]) -> list[Match]:
+        out: list[Match] = []
+        hits = [i for i, m in enumerate(map(self._screen.match, messages)) if m is not None]
+        for i in hits:
+            msg = messages[i]
+            for rx, p in self._each:
+                if rx.match(msg):
+                    out.append(Match(i, p))
+                    break
+        return out
+
+    def match(self, message: bytes) -> FaultPattern | None:
+        found = self.scan([message])
+        return found[0].pattern if found else None
+
+
+def build(
+    overrides: Iterable[tuple[str, dict[str, object]]] = (), disabled: Iterable[str] = ()
+) -> Table:
+    """The built-in table with `disabled` names dropped and `overrides` (name,
+    fields) applied: a built-in's name changes its fields, a new name adds a
+    pattern (reason `KernelLogPattern`) after the built-in ones. Raises
+    PatternError for a bad regex or a new pattern without one."""
+    off = set(disabled)
+    table = [p for p in PATTERNS if p.name not in off]
+    index = {p.name: i for i, p in enumerate(table)}
+    for name, fields in overrides:
+        if "pattern" in fields:
+            problem = check_regex(str(fields["pattern"]))
+            if problem:
+                raise PatternError(problem)
+        if name in index:
+            table[index[name]] = replace(table[index[name]], **fields)  # type: ignore[arg-type]
+            continue
+        if not fields.get("pattern"):
+            raise PatternError(f'expected a "pattern" for "{name}", which is not a built-in pattern')
+        kw = {k: v for k, v in fields.items() if k != "pattern"}
+        kw.setdefault("severity", Severity.WARNING)
+        kw.setdefault("action", "none")
+        table.append(FaultPattern(name, OPERATOR_REASON, pattern=str(fields["pattern"]), summary="", **kw))  # type: ignore[arg-type]
+    return Table(table)
+
+
+DEFAULT = Table(PATTERNS)
+
+# ------------------------------------------------------------------ saved logs
+
+# One line of a saved kernel log, its message captured: the optional kmsg record
+# header ("prio,seq,usec,flags;"), a printk level ("<4>"), dmesg -x's "kern  :err   : ",
+# a syslog / journalctl -k head ("Nov 25 10:00:01 host kernel: ", or ISO time), and
+# dmesg's bracket ("[  123.456789] ", "[Tue Nov 25 10:00:01 2026] ").
+_LINE = re.compile(
+    rb"^(?:\d{1,19},\d{1,19},\d{1,19}(?:,[^;]*)?;)?"
+    rb"(?:<\d{1,4}>)?"
+    rb"(?:[a-z]{2,8} *:[a-z]{2,6} *: )?"
+    rb"(?:(?:[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d|\d{4}-\d\d-\d\dT\S+) \S+ kernel: )?"
+    rb"(?:\d{4}-\d\d-\d\dT\S+ )?"
+    rb"(?:\[[^\]]{1,40}\] ?)?"
+)
+
+
+def message_of(line: bytes) -> bytes:
+    """The kernel message in one line of a saved log (the line itself when it has no known prefix)."""
+    m = _LINE.match(line)
+    return line[m.end():] if m else line
+
+
+def facility_of(line: bytes) -> int | None:
+    """The syslog facility a saved line states (a kmsg record header or a
+    ``<prio>`` prefix), else None (dmesg and journal text: the kernel's)."""
+    head, sep, _ = line.partition(b";")
+    if sep:
+        f = head.split(b",", 3)
+        if len(f) >= 3 and f[0].isdigit() and f[1].isdigit():
+            return int(f[0]) >> 3
+    if line.startswith(b"<"):
+        end = line.find(b">", 1, 6)
+        if end > 1 and line[1:end].isdigit():
+            return int(line[1:end]) >> 3
+    return None

@@ -1,0 +1,210 @@
+"""The kernel-fault event source: a subscriber of the one kernel-log follower
+(`agent.kmsg_follower`) that matches every kernel record against the fault
+table and pushes its findings as they happen.
+
+Only the kernel's records count: a record whose syslog facility is not
+``kern`` was written by a process (`agent.kmsg`), so a line that reads
+``BUG: soft lockup`` in it is no fault; it is counted in
+``node_health_kernel_faults_not_kernel_total`` and the first one is logged.
+
+State file ``kernel-log.json``: the boot id and the tracker (cursor, counts,
+recent matches, active findings), written after a batch that changed them
+(at most once a second while a storm keeps the batches full) and every few
+seconds while only the cursor moves. A restart in the same boot resumes after
+the last record processed; a reboot starts afresh.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from .. import kmsg_follower
+from ..findings import Finding, ObservationBuilder, Sample
+from ..kmsg import BATCH, KERNEL, Kmsg, KmsgError, Record, facility_name
+from ..sources import Emit
+from ..statedir import StateDir, StateFile, boot_id, obj, text
+from .catalog import CATALOG
+from .faults import CHECK, FaultTracker, check_saved
+from .patterns import Table, message_of
+
+if TYPE_CHECKING:
+    from ..check import CheckContext
+    from .settings import KernelConfig
+
+log = logging.getLogger(__name__)
+
+STATE_FILE = "kernel-log.json"
+SAVE_EVERY, STORM_SAVE_EVERY = 5.0, 1.0
+_live: set[str] = set()  # state dirs with a running source in this process
+
+
+def _parse(raw: Any) -> tuple[str, dict[str, Any]]:
+    d = obj(raw)
+    return text(d["boot"], "boot"), check_saved(d["faults"])
+
+
+KERNEL_LOG_FILE = StateFile(STATE_FILE, _parse)
+
+
+def messages(records: Iterable[Record]) -> tuple[list[Record], list[bytes], list[Record], list[bytes]]:
+    """(kernel records, their messages, records a process wrote, their messages).
+    A line without a kmsg header (a file of dmesg text) is the kernel's, its prefix cut off."""
+    mine: list[Record] = []
+    foreign: list[Record] = []
+    for r in records:
+        (mine if r.prio is None or r.prio >> 3 == KERNEL else foreign).append(r)
+    return (
+        mine, [r.message if r.prio is not None else message_of(r.message) for r in mine],
+        foreign, [r.message for r in foreign],
+    )
+
+
+class KernelLogSource:
+    name = CHECK
+
+    def __init__(self, ctx: CheckContext, cfg: KernelConfig) -> None:
+        self.ctx, self.cfg = ctx, cfg
+        self.table: Table = cfg.table()
+        self.state = StateDir(ctx.state_dir)
+        self.tracker = FaultTracker(self.table)
+        self.lock = threading.Lock()
+        self.stopped = threading.Event()
+        self.path = ""
+        self.boot = ""
+        self.up = 0.0
+        self.status: Finding | None = None
+        self._emit: Emit | None = None
+        self._dirty = False
+        self._saved_at = 0.0
+        self._save_failed = False
+        self._foreign_logged = False
+
+    def known_findings(self) -> Iterable[tuple[str, str]]:
+        for p in self.table.patterns:
+            if p.hold is None:  # the faults that stay until a reboot: exported at 0 from start
+                yield (p.name, p.reason)
+
+    def start(self, emit: Emit) -> None:
+        self._emit = emit
+        self.boot = boot_id(self.ctx.paths)
+        saved = self.state.load(KERNEL_LOG_FILE)
+        if saved is not None and saved[0] == self.boot:
+            self.tracker.load_json(saved[1])
+        _live.add(self.ctx.state_dir)
+        self._publish()
+        self.path = self.ctx.paths.root(self.cfg.kmsg_path)
+        kmsg_follower.subscribe(self.path, self)
+
+    def stop(self) -> None:
+        self.stopped.set()
+        kmsg_follower.unsubscribe(self.path, self)
+        _live.discard(self.ctx.state_dir)
+        with self.lock:
+            self._save(force=True)
+
+    # ------------------------------------------------------------ agent.kmsg_follower calls these
+
+    def kmsg_failed(self, exc: KmsgError) -> None:
+        reason = "InsufficientPrivilege" if exc.privilege else "KernelLogUnavailable"
+        self._set_status(CATALOG.finding(CHECK, "kmsg", reason, str(exc)), 0.0)
+
+    def kmsg_opened(self) -> None:
+        self._set_status(None, 1.0)
+
+    def kmsg_records(self, records: list[Record], backlog: bool) -> None:
+        if self.stopped.is_set():
+            return
+        with self.lock:
+            fresh = [r for r in records if r.seq is None or self.tracker.record_seq(r.seq)]
+        mine, texts, foreign, foreign_texts = messages(fresh)
+        found = self.table.scan(texts)
+        spoofed = self.table.scan(foreign_texts) if foreign else []
+        now = time.monotonic()
+        with self.lock:
+            changed = self.tracker.expire()
+            for m in found:
+                rec = mine[m.index]
+                at = rec.usec / 1e6 if backlog and rec.usec is not None else now
+                changed = self.tracker.add(m.pattern, texts[m.index], at) or changed
+            if spoofed:
+                self.tracker.not_kernel += len(spoofed)
+                changed = True
+            self._dirty = self._dirty or bool(records)
+            caught_up = len(records) < BATCH
+            self._save(force=changed and (caught_up or now - self._saved_at >= STORM_SAVE_EVERY))
+            if changed:
+                self._publish()
+        if spoofed and not self._foreign_logged:
+            self._foreign_logged = True
+            rec = foreign[spoofed[0].index]
+            log.warning(
+                "kernel log record %s was written by a process (syslog facility %s), not by the kernel: it looks like "
+                "a kernel fault (%s) but is none; such records are only counted in "
+                "node_health_kernel_faults_not_kernel_total (this is logged once): %s",
+                rec.seq, facility_name(rec.facility or 0), spoofed[0].pattern.name,
+                rec.message[:200].decode("utf-8", "replace"),
+            )
+
+    # ------------------------------------------------------------ publishing and state
+
+    def _set_status(self, finding: Finding | None, up: float) -> None:
+        with self.lock:
+            self.status, self.up = finding, up
+            self._publish()
+
+    def _publish(self) -> None:
+        if self._emit is None:
+            return
+        findings = self.tracker.findings() + ([self.status] if self.status else [])
+        samples = self.tracker.samples() + [Sample("node_health_kernel_log_up", self.up)]
+        self._emit(findings, samples)
+
+    def _save(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and (not self._dirty or now - self._saved_at < SAVE_EVERY):
+            return
+        data = {"boot": self.boot, "faults": self.tracker.to_json()}
+        try:
+            self.state.write_bytes(STATE_FILE, json.dumps(data, sort_keys=True, separators=(",", ":")).encode())
+        except OSError as exc:
+            if not self._save_failed:
+                log.error("cannot save the kernel-fault state in %s: %s (logged once until it works again)",
+                          self.state.path, exc.strerror or exc)
+            self._save_failed = True
+            self._saved_at = now  # retried after SAVE_EVERY, not at every batch
+            return
+        if self._save_failed:
+            log.warning("saved the kernel-fault state in %s again", self.state.path)
+        self._save_failed, self._dirty, self._saved_at = False, False, now
+
+
+def scan_once_unless_live(ctx: CheckContext, cfg: KernelConfig, b: ObservationBuilder) -> None:
+    """`agent selftest` / `agent run --once`: the current boot's kernel log,
+    once, into the kernel check's observation (the daemon's source does this
+    continuously)."""
+    if ctx.state_dir in _live or not cfg.log_faults:
+        return
+    try:
+        k = Kmsg(ctx.paths.root(cfg.kmsg_path))
+    except KmsgError as exc:
+        b.finding("kmsg", "InsufficientPrivilege" if exc.privilege else "KernelLogUnavailable", str(exc))
+        return
+    try:
+        records = list(k.read_available())
+    finally:
+        k.close()
+    tracker = FaultTracker(cfg.table())
+    mine, texts, foreign, foreign_texts = messages(records)
+    for m in tracker.table.scan(texts):
+        rec = mine[m.index]
+        tracker.add(m.pattern, texts[m.index], rec.usec / 1e6 if rec.usec is not None else time.monotonic())
+    for f in tracker.findings():
+        b.finding(f.subject, f.reason, f.message, severity=f.severity)
+    spoofed = len(tracker.table.scan(foreign_texts)) if foreign else 0
+    ignored = f", {spoofed} written by processes ignored" if spoofed else ""
+    b.subject("kernel-log", f"{len(records)} kernel log records scanned, {sum(tracker.counts.values())} faults{ignored}")

@@ -1,0 +1,146 @@
+"""The kernel-fault table: every pattern on real kernel lines, near misses
+that must match nothing, the operator's changes, and bad patterns refused in
+one line."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from agent.config import load
+from agent.findings import Severity
+from agent.kernel.catalog import OPERATOR_REASON, PATTERNS
+from agent.kernel.patterns import DEFAULT, build, facility_of, message_of
+from agent.registry import CATALOG
+from agent.schema import ConfigError
+
+FIXTURE = Path(__file__).parent.parent / "fixtures" / "kernel" / "patterns.txt"
+
+
+def _lines() -> list[tuple[str, str]]:
+    out = []
+    for line in FIXTURE.read_text().splitlines():
+        if line and not line.startswith("#"):
+            name, message = line.split(" ", 1)
+            out.append((name, message))
+    return out
+
+
+LINES = _lines()
+
+
+@pytest.mark.parametrize(("expected", "message"), LINES, ids=[f"{n}: {m[:60]}" for n, m in LINES])
+def test_each_fixture_line_matches_its_pattern_or_none(expected: str, message: str) -> None:
+    found = DEFAULT.match(message.encode())
+    assert (found.name if found else "-") == expected
+
+
+def test_every_builtin_pattern_has_real_lines_in_the_fixture() -> None:
+    covered = {name for name, _ in LINES}
+    assert {p.name for p in PATTERNS} <= covered
+    assert "-" in covered
+
+
+def test_one_scan_of_many_messages_equals_one_at_a_time() -> None:
+    messages = [m.encode() for _, m in LINES] * 3
+    assert [(x.index, x.pattern.name) for x in DEFAULT.scan(messages)] == [
+        (i, p.name) for i, m in enumerate(messages) if (p := DEFAULT.match(m)) is not None
+    ]
+
+
+def test_every_pattern_declares_a_reason_of_the_catalog_with_its_severity() -> None:
+    for p in PATTERNS:
+        reason = CATALOG.reason(p.reason)
+        assert (reason.severity, reason.family) == (p.severity, "Kernel"), p.name
+        assert p.action in ("none", "restart_app", "reset_gpu", "reboot", "drain_and_diagnose", "rma")
+    assert len({p.name for p in PATTERNS}) == len(PATTERNS)
+
+
+@pytest.mark.parametrize(
+    ("line", "message", "facility"),
+    [
+        pytest.param(b"4,1234,5678,-;INFO: task x:1 blocked for more than 1 seconds.", b"INFO: task x:1 blocked for more than 1 seconds.", 0, id="kmsg record"),
+        pytest.param(b"12,1234,5678,-;BUG: soft lockup - CPU#1 stuck for 1s!", b"BUG: soft lockup - CPU#1 stuck for 1s!", 1, id="kmsg record a process wrote"),
+        pytest.param(b"[  123.456789] Oops: 0000 [#1] SMP", b"Oops: 0000 [#1] SMP", None, id="dmesg"),
+        pytest.param(b"[Tue Nov 25 10:00:01 2026] Oops: 0000 [#1] SMP", b"Oops: 0000 [#1] SMP", None, id="dmesg -T"),
+        pytest.param(b"Nov 25 10:00:01 gpu-node-17 kernel: Oops: 0000 [#1] SMP", b"Oops: 0000 [#1] SMP", None, id="journalctl -k"),
+        pytest.param(b"Nov  5 10:00:01 gpu-node-17 kernel: [ 12.5] Oops: 0000", b"Oops: 0000", None, id="syslog with dmesg time"),
+        pytest.param(b"2026-11-25T10:00:01+0000 gpu-node-17 kernel: Oops: 0000", b"Oops: 0000", None, id="journalctl -o short-iso"),
+        pytest.param(b"kern  :emerg : [  5.1] Oops: 0000", b"Oops: 0000", None, id="dmesg -x"),
+        pytest.param(b"<4>Oops: 0000", b"Oops: 0000", 0, id="printk level"),
+        pytest.param(b"<14>Oops: 0000", b"Oops: 0000", 1, id="dmesg -r of a process's line"),
+        pytest.param(b"python3[77]: Oops: 0000", b"python3[77]: Oops: 0000", None, id="a program's own line stays whole"),
+    ],
+)
+def test_message_and_facility_of_a_saved_line(line: bytes, message: bytes, facility: int | None) -> None:
+    assert (message_of(line), facility_of(line)) == (message, facility)
+
+
+def test_operator_changes_disables_and_adds_patterns() -> None:
+    table = build(
+        [("hung_task", {"severity": Severity.CRITICAL, "threshold": 3}),
+         ("gsp_timeout", {"pattern": r"NVRM: GPU\d+ GSP RPC timeout", "hold": None})],
+        disabled=["memcg_oom_kill"],
+    )
+    assert table.by_name["hung_task"].severity == Severity.CRITICAL and table.by_name["hung_task"].threshold == 3
+    assert table.by_name["hung_task"].pattern == DEFAULT.by_name["hung_task"].pattern
+    assert "memcg_oom_kill" not in table.by_name
+    assert table.match(b"Memory cgroup out of memory: Killed process 1 (x) total-vm:1kB") is None
+    added = table.match(b"NVRM: GPU3 GSP RPC timeout")
+    assert added is not None and (added.name, added.reason, added.severity, added.action, added.hold) == (
+        "gsp_timeout", OPERATOR_REASON, Severity.WARNING, "none", None)
+    assert table.patterns[-1].name == "gsp_timeout"  # after the built-in ones: they win a message both match
+
+
+def _config(tmp_path: Path, body: str) -> Path:
+    path = tmp_path / "agent.toml"
+    path.write_text(body)
+    return path
+
+
+def test_config_patterns_reach_the_table(tmp_path: Path) -> None:
+    cfg = load(str(_config(tmp_path, """
+[checks.kernel]
+disable = ["kernel_bug"]
+[checks.kernel.patterns.hung_task]
+severity = "critical"
+action = "reboot"
+window = "30m"
+[checks.kernel.patterns.bridge_port]
+pattern = 'br\\d+: port \\d+\\(\\S+\\) entered disabled state'
+threshold = 2
+hold = "boot"
+""")))
+    table = cfg.checks["kernel"].table()
+    assert (table.by_name["hung_task"].action, table.by_name["hung_task"].window) == ("reboot", 1800.0)
+    assert table.match(b"BUG: scheduling while atomic: x/0/0x2") is None
+    p = table.match(b"br0: port 1(veth1) entered disabled state")
+    assert p is not None and (p.threshold, p.hold) == (2, None)
+
+
+@pytest.mark.parametrize(
+    ("body", "key", "words"),
+    [
+        pytest.param('[checks.kernel.patterns.x]\npattern = "BUG: ("\n', "checks.kernel.patterns.x.pattern", ['"BUG: ("', "expected a regular expression"], id="bad regex"),
+        pytest.param('[checks.kernel.patterns.x]\npattern = "(?P<n>a)"\n', "checks.kernel.patterns.x.pattern", ["named groups"], id="named group"),
+        pytest.param('[checks.kernel.patterns.x]\npattern = "a*"\n', "checks.kernel.patterns.x.pattern", ["empty message"], id="matches everything"),
+        pytest.param('[checks.kernel.patterns.x]\nseverity = "warning"\n', "checks.kernel.patterns.x.pattern", ["not a built-in pattern"], id="new pattern without one"),
+        pytest.param('[checks.kernel.patterns.Bad-Name]\npattern = "x"\n', "checks.kernel.patterns.Bad-Name", ['"Bad-Name"'], id="bad name"),
+        pytest.param('[checks.kernel.patterns.hung_task]\nseverity = "fatal"\n', "checks.kernel.patterns.hung_task.severity", ['"fatal"'], id="bad severity"),
+        pytest.param('[checks.kernel.patterns.hung_task]\naction = "reimage"\n', "checks.kernel.patterns.hung_task.action", ['"reimage"'], id="bad action"),
+        pytest.param('[checks.kernel.patterns.hung_task]\nhold = "forever"\n', "checks.kernel.patterns.hung_task.hold", ['"forever"'], id="bad hold"),
+        pytest.param('[checks.kernel]\ndisable = ["hung_tasks"]\n', "checks.kernel.disable[0]", ['"hung_tasks"'], id="unknown built-in"),
+    ],
+)
+def test_bad_patterns_are_refused_naming_file_key_and_value(tmp_path: Path, body: str, key: str, words: list[str]) -> None:
+    path = _config(tmp_path, body)
+    with pytest.raises(ConfigError) as info:
+        load(str(path))
+    assert info.value.key == key and all(w in info.value.message for w in words), str(info.value)
+    res = subprocess.run([sys.executable, "-m", "agent", "config", "check", str(path)], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2
+    assert len(res.stderr.strip().splitlines()) == 1 and str(path) in res.stderr and key in res.stderr, res.stderr
+    assert "Traceback" not in res.stderr

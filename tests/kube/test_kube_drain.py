@@ -1,0 +1,175 @@
+"""The Drainer against the fake API server, through the real client, in the test's own time.
+
+The fake server's timeline (every eviction, termination, deletion, new and
+Ready pod, at the fake clock) is the witness: an application behind a
+PodDisruptionBudget never loses more pods at once than its budget allows.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from agent.kube.api import Wait
+from agent.kube.drain import Drainer, DrainProgress
+from agent.kube.settings import DrainSection
+from fakeapi import FakeApiServer
+from kube_support import NODE, Clock, make_api, settings
+
+APP = "team-a"
+AGENT_NS = "node-health"
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def fake(clock: Clock) -> Iterator[FakeApiServer]:
+    f = FakeApiServer(clock=clock, wall=lambda: 1.8e9 + clock.t)
+    f.start()
+    f.add_node(NODE)
+    yield f
+    f.stop()
+
+
+def drainer(fake: FakeApiServer, tmp_path: Any, clock: Clock, **kw: Any) -> Drainer:
+    cfg = dataclasses.replace(DrainSection(), **kw)
+    api = make_api(fake, str(tmp_path), settings(), clock)
+    return Drainer(api, NODE, cfg, own_namespace=AGENT_NS, rng=random.Random(3))
+
+
+def run(d: Drainer, clock: Clock, *, until: float, only: frozenset[str] | None = None, dt: float = 1.0) -> list[DrainProgress]:
+    """Step once a second (as the ladder's tick would) until done or `until` fake seconds passed."""
+    out: list[DrainProgress] = []
+    end = clock.t + until
+    while clock.t < end:
+        try:
+            out.append(d.step(clock.t, only))
+        except Wait:
+            pass
+        if out and out[-1].done:
+            break
+        clock.t += dt
+    return out
+
+
+def bystanders(fake: FakeApiServer) -> list[str]:
+    """Pods a drain must leave alone."""
+    fake.add_pod(AGENT_NS, "node-health-agent-x", NODE, owner=("DaemonSet", "node-health-agent"))
+    fake.add_pod("monitoring", "exporter-x", NODE, owner=("DaemonSet", "exporter"))
+    fake.add_pod("kube-system", "coredns-1", NODE, owner=("ReplicaSet", "coredns"))
+    fake.add_pod("kube-system", f"etcd-{NODE}", NODE, mirror=True)
+    fake.add_pod(APP, "job-done", NODE, phase="Succeeded")
+    return sorted(["node-health-agent-x", "exporter-x", "coredns-1", f"etcd-{NODE}", "job-done"])
+
+
+def unavailable_peak(fake: FakeApiServer, ns: str, prefix: str, replicas: int) -> int:
+    """Replay the fake's timeline: the most pods of the app not available (Ready, not terminating) at once."""
+    available = {f"{prefix}-{i}" for i in range(replicas)}
+    peak = 0
+    for _, what, pns, name in fake.workloads.timeline:
+        if pns != ns or not name.startswith(prefix):
+            continue
+        if what.startswith("evicted") or what in ("terminating", "deleted"):
+            available.discard(name)
+        elif what == "ready":
+            available.add(name)
+        peak = max(peak, replicas - len(available))
+    return peak
+
+
+def test_two_pods_behind_max_unavailable_1_go_one_at_a_time(fake: FakeApiServer, tmp_path: Any, clock: Clock) -> None:
+    kept = bystanders(fake)
+    fake.add_replicaset(APP, "web", 2, NODE, labels={"app": "web"}, ready_after=20)
+    fake.add_pdb(APP, "web", {"app": "web"}, max_unavailable=1)
+    d = drainer(fake, tmp_path, clock)
+    assert d.plan() == [f"{APP}/web-0", f"{APP}/web-1"]
+    steps = run(d, clock, until=600)
+    assert steps[-1].done and steps[-1].evicted == 2 and not steps[-1].timed_out
+    assert any(s.blocked == (f"{APP}/web-1",) for s in steps), "the second eviction waited for the budget"
+    assert unavailable_peak(fake, APP, "web", 2) == 1, "never both gone at once"
+    evicted = [(t, name) for t, what, _, name in fake.workloads.timeline if what.startswith("evicted")]
+    assert [n for _, n in evicted] == ["web-0", "web-1"] and evicted[1][0] - evicted[0][0] >= 20
+    assert sorted(p["metadata"]["name"] for p in fake.pods(NODE)) == kept
+    refused = [r for r in fake.log(verbs=("create",)) if r.path.endswith("/eviction") and r.status == 429]
+    assert 1 <= len(refused) <= 5, "retried with backoff, not hammered"
+    assert d.api.gate.backing_off_until == 0, "a budget's 429 does not hold back the agent's other requests"
+    lists = [r for r in fake.log(verbs=("list",)) if r.path == "/api/v1/pods"]
+    assert lists and all(r.query["fieldSelector"] == f"spec.nodeName={NODE}" for r in lists)
+
+
+def test_wait_policy_keeps_the_pod_and_reports_the_timeout(fake: FakeApiServer, tmp_path: Any, clock: Clock) -> None:
+    fake.add_pod(APP, "solo", NODE, labels={"app": "solo"}, owner=("ReplicaSet", "solo"))
+    fake.add_pdb(APP, "solo", {"app": "solo"}, min_available=1)
+    d = drainer(fake, tmp_path, clock, timeout=120.0)
+    steps = run(d, clock, until=300)
+    last = steps[-1]
+    assert not last.done and last.timed_out and last.remaining == (f"{APP}/solo",) and last.blocked == (f"{APP}/solo",)
+    assert not any(s.timed_out for s in steps[:120]) and all(s.timed_out for s in steps[121:]), "one step a second"
+    assert [p["metadata"]["name"] for p in fake.pods(NODE)] == ["solo"]
+    assert not fake.log(verbs=("delete",)), "wait: never deleted"
+
+
+def test_delete_policy_deletes_with_the_pods_own_grace_at_the_timeout(fake: FakeApiServer, tmp_path: Any, clock: Clock) -> None:
+    fake.add_pod(APP, "solo", NODE, labels={"app": "solo"}, owner=("ReplicaSet", "solo"), grace=45, stop_after=10)
+    fake.add_pod("batch", "other", NODE, labels={"app": "other"}, owner=("ReplicaSet", "other"))
+    for ns, name in ((APP, "solo"), ("batch", "other")):
+        fake.add_pdb(ns, name, {"app": name}, min_available=1)
+    d = drainer(fake, tmp_path, clock, timeout=120.0, namespace_on_timeout={APP: "delete"})
+    steps = run(d, clock, until=400)
+    deletes = fake.log(verbs=("delete",))
+    assert len(deletes) == 1 and deletes[0].path == f"/api/v1/namespaces/{APP}/pods/solo"
+    assert deletes[0].body["gracePeriodSeconds"] == 45 and deletes[0].t >= 1000 + 120
+    assert [p["metadata"]["name"] for p in fake.pods(NODE)] == ["other"], "batch waits (the default policy)"
+    assert steps[-1].remaining == ("batch/other",) and steps[-1].timed_out
+
+
+def test_partial_drain_evicts_only_the_selected_pods(fake: FakeApiServer, tmp_path: Any, clock: Clock) -> None:
+    gpu0 = fake.add_pod(APP, "on-gpu0", NODE, owner=("ReplicaSet", "a"))
+    fake.add_pod(APP, "on-gpu1", NODE, owner=("ReplicaSet", "b"))
+    only = frozenset({gpu0["metadata"]["uid"]})
+    d = drainer(fake, tmp_path, clock)
+    assert d.plan(only) == [f"{APP}/on-gpu0"]
+    steps = run(d, clock, until=60, only=only)
+    assert steps[-1].done and steps[-1].evicted == 1
+    assert [p["metadata"]["name"] for p in fake.pods(NODE)] == ["on-gpu1"]
+
+
+def test_a_pod_stuck_past_its_grace_period_stops_holding_the_drain(fake: FakeApiServer, tmp_path: Any, clock: Clock) -> None:
+    fake.add_pod(APP, "stuck", NODE, grace=30, stuck=True)
+    d = drainer(fake, tmp_path, clock)
+    steps = run(d, clock, until=300)
+    assert steps[-1].done and steps[-1].evicted == 1
+    done_after = len(steps)
+    assert 30 < done_after <= 30 + 30 + 10, "waited for the grace period (and the slack), not forever"
+    assert [p["metadata"]["name"] for p in fake.pods(NODE)] == ["stuck"], "still listed: the kubelet never stopped it"
+    assert len([r for r in fake.log(verbs=("create",)) if r.path.endswith("/eviction")]) == 1, "evicted once"
+
+
+def test_a_pod_under_two_budgets_is_blocked_not_retried_hard(fake: FakeApiServer, tmp_path: Any, clock: Clock) -> None:
+    fake.add_pod(APP, "a", NODE, labels={"app": "a", "tier": "x"})
+    fake.add_pdb(APP, "by-app", {"app": "a"}, min_available=0)
+    fake.add_pdb(APP, "by-tier", {"tier": "x"}, min_available=0)
+    d = drainer(fake, tmp_path, clock)
+    steps = run(d, clock, until=200)
+    assert steps[-1].blocked == (f"{APP}/a",) and not steps[-1].done
+    attempts = [r for r in fake.log(verbs=("create",)) if r.path.endswith("/eviction")]
+    assert all(r.status == 500 for r in attempts) and len(attempts) <= 5, "retry_max apart"
+    assert d.api.gate.backing_off_until == 0
+    assert d.results["blocked"] == len(attempts)
+
+
+def test_gone_and_replaced_pods_count_as_done(fake: FakeApiServer, tmp_path: Any, clock: Clock) -> None:
+    fake.add_pod(APP, "a", NODE)
+    d = drainer(fake, tmp_path, clock)
+    d.step(clock.t, frozenset({"no-such-uid"}))  # nothing selected: done at once
+    d.reset()
+    fake.before(lambda r: r.path.endswith("/eviction"), lambda: fake.cluster.delete(("", "pods", APP, "a")))
+    progress = d.step(clock.t)
+    assert d.results["gone"] == 1 and progress.done and progress.evicted == 0
