@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Literal
 
-from .findings import Finding, Observation, Sample, Severity
+from .findings import ACTIONS, Finding, Observation, Sample, Severity
 
 MetricKind = Literal["gauge", "counter"]
 
@@ -28,6 +28,7 @@ class Reason:
     summary: str
     unknown: bool = False  # "cannot tell": shown and exported, never moves node state
     family: str = "Agent"  # problem family: one node condition type per family
+    action: str = "none"  # what a finding of this reason asks of the node (agent.findings.ACTIONS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,12 +152,14 @@ class Catalog:
 
     def finding(
         self, check: str, subject: str, reason: str, message: str, *,
-        severity: Severity | None = None, unknown: bool | None = None,
+        severity: Severity | None = None, unknown: bool | None = None, action: str | None = None,
     ) -> Finding:
-        """The one way to make a `Finding`: its severity and its unknown flag come
-        from the reason's catalog entry. `severity` replaces the catalog's only
-        where a node's configuration says so (an Xid's ``xid_severity``); `unknown`
-        only where one reason is sometimes a fact and sometimes "cannot tell"."""
+        """The one way to make a `Finding`: its severity, its unknown flag and its
+        action come from the reason's catalog entry. `severity` replaces the
+        catalog's only where a node's configuration says so (an Xid's
+        ``xid_severity``); `unknown` only where one reason is sometimes a fact and
+        sometimes "cannot tell"; `action` only where the finding's own data names
+        the cure (NVML's recovery action, Xid 154)."""
         entry = self.reasons.get(reason)
         if entry is None:
             raise CatalogError(f"finding reason {reason!r} is not in the catalog (agent/catalog.py)")
@@ -167,6 +170,7 @@ class Catalog:
             severity=severity or entry.severity,
             message=message,
             unknown=entry.unknown if unknown is None else unknown,
+            action=_action(entry.action if action is None else action),
         )
 
     def sample_problem(self, sample: Sample) -> str | None:
@@ -200,12 +204,19 @@ def _of(reasons: Iterable[Reason], metrics: Iterable[MetricSpec]) -> Catalog:
     by_reason: dict[str, Reason] = {}
     by_metric: dict[str, MetricSpec] = {}
     for r in reasons:
+        _action(r.action)
         if by_reason.setdefault(r.name, r) != r:
             raise ValueError(f"reason {r.name} declared twice with different entries")
     for m in metrics:
         if by_metric.setdefault(m.name, m) != m:
             raise ValueError(f"metric {m.name} declared twice with different entries")
     return Catalog(MappingProxyType(by_reason), MappingProxyType(by_metric))
+
+
+def _action(action: str) -> str:
+    if action not in ACTIONS:
+        raise CatalogError(f"action {action!r} is not one of {', '.join(ACTIONS)} (agent/findings.py)")
+    return action
 
 
 _CORE = _of(CORE_REASONS, CORE_METRICS)

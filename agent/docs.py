@@ -53,16 +53,16 @@ def render(what: str, feature: str | None = None) -> str:
             [(f"`{m.name}`", m.kind, ", ".join(f"`{label}`" for label in m.labels), m.help)
              for m in sorted(metrics, key=lambda m: m.name)],
         )
-    rows = [(f"`{r.name}`", r.severity.value + (" (unknown)" if r.unknown else ""), r.family, r.summary)
+    rows = [(f"`{r.name}`", r.severity.value + (" (unknown)" if r.unknown else ""), r.family, f"`{r.action}`", r.summary)
             for r in sorted(reasons, key=lambda r: r.name) if feature is None or not _PER_XID.match(r.name)]
     per_xid = [r for r in reasons if _PER_XID.match(r.name)] if feature is not None else []
     if per_xid:  # a feature's page names them once; the README lists every one
         rows.append((
-            "`Xid<N>`", "per Xid, from the Xid catalog", per_xid[0].family,
+            "`Xid<N>`", "per Xid, from the Xid catalog", per_xid[0].family, "per Xid",
             f"One reason per Xid of the catalog ({len(per_xid)} of them: `Xid79`, `Xid48`, …), with its severity and "
             "action; `agent docs reasons` lists them all.",
         ))
-    return _table(("reason", "severity", "family", "meaning"), rows)
+    return _table(("reason", "severity", "family", "action", "meaning"), rows)
 
 
 _PER_XID = re.compile(r"Xid\d+$")
@@ -70,7 +70,8 @@ _PER_XID = re.compile(r"Xid\d+$")
 
 def _actions() -> str:
     """The Xid catalog by recommended action: what to do, which Xids, how long the finding stays."""
-    from .gpu.xid_catalog import ACTION_TEXT, ACTIONS, catalog, hold
+    from .findings import ACTION_TEXT, ACTIONS
+    from .gpu.xid_catalog import catalog, hold
 
     rows = []
     for action in ACTIONS:

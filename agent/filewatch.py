@@ -5,7 +5,9 @@ directory that the kubelet swaps atomically for a new one when the object
 changes (https://kubernetes.io/docs/concepts/configuration/configmap/#mounted-configmaps-are-updated-automatically):
 the path stays, the file behind it is new. A `stat` through the symlink every
 couple of seconds sees that (a new inode), as it sees a file edited in place
-(a new size or mtime), at the cost of one system call per file.
+(a new size or mtime), at the cost of one system call per file. A change is
+acted on once it has settled: the next look sees the same stamp, so a file
+written in place (truncated, then written) is not read half-written.
 """
 
 from __future__ import annotations
@@ -42,7 +44,8 @@ class FileWatcher:
         self._on_change = on_change
         self._interval = interval
         self._stop = threading.Event()
-        self._last = stamp(paths())
+        self._last = stamp(paths())  # what the config was loaded from (or last reloaded)
+        self._seen = self._last  # the previous look
         self._thread = threading.Thread(target=self._run, name="config-watch", daemon=True)
 
     def start(self) -> None:
@@ -54,10 +57,16 @@ class FileWatcher:
 
     def _run(self) -> None:
         while not self._stop.wait(self._interval):
-            now = stamp(self._paths())
-            if now == self._last:
-                continue
-            changed = [p for (p, a), (q, b) in zip(self._last, now) if p != q or a != b] or [p for p, _ in now]
-            self._last = now
-            log.info("%s changed on disk: reloading", ", ".join(changed))
-            self._on_change()
+            self.look()
+
+    def look(self) -> bool:
+        """One look at the files; True when it called `on_change`."""
+        now = stamp(self._paths())
+        settled, self._seen = now == self._seen, now
+        if now == self._last or not settled:  # unchanged, or still changing: look again before reading it
+            return False
+        changed = [p for (p, a), (q, b) in zip(self._last, now) if p != q or a != b] or [p for p, _ in now]
+        self._last = now
+        log.info("%s changed on disk: reloading", ", ".join(changed))
+        self._on_change()
+        return True

@@ -29,6 +29,19 @@ _RANK = {Severity.INFO: 0, Severity.WARNING: 1, Severity.CRITICAL: 2}
 
 Labels = tuple[tuple[str, str], ...]
 
+# What a finding asks of the node (the remediation ladder acts on it): each reason
+# of the catalog declares one, and a finding may name another for itself (NVML's
+# recovery action, Xid 154). Kept as strings so that state files stay plain JSON.
+ACTIONS: tuple[str, ...] = ("none", "restart_app", "reset_gpu", "reboot", "drain_and_diagnose", "rma")
+ACTION_TEXT: Mapping[str, str] = MappingProxyType({
+    "none": "no action",
+    "restart_app": "restart the application",
+    "reset_gpu": "drain the node and reset the GPU",
+    "reboot": "drain the node and reboot it",
+    "drain_and_diagnose": "drain the node and run diagnostics (dcgmi diag -r 3, field diagnostics)",
+    "rma": "drain the node and replace the GPU (RMA)",
+})
+
 
 @dataclass(frozen=True, slots=True)
 class Finding:
@@ -38,6 +51,7 @@ class Finding:
     severity: Severity
     message: str
     unknown: bool = False
+    action: str = "none"  # one of ACTIONS: what the finding asks of the node
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -51,6 +65,7 @@ class Finding:
             "reason": self.reason,
             "message": self.message,
             "unknown": self.unknown,
+            "action": self.action,
         }
 
 
@@ -79,7 +94,7 @@ class Findings(Protocol):
 
     def finding(
         self, check: str, subject: str, reason: str, message: str, *,
-        severity: Severity | None = None, unknown: bool | None = None,
+        severity: Severity | None = None, unknown: bool | None = None, action: str | None = None,
     ) -> Finding: ...
 
 
@@ -97,10 +112,11 @@ class ObservationBuilder:
         self._samples.append(Sample(name, float(value), tuple(labels.items())))
 
     def finding(
-        self, subject: str, reason: str, message: str, *, severity: Severity | None = None, unknown: bool | None = None
+        self, subject: str, reason: str, message: str, *,
+        severity: Severity | None = None, unknown: bool | None = None, action: str | None = None,
     ) -> Finding:
-        """Record a finding; severity and unknown default to the reason's catalog entry."""
-        f = self.catalog.finding(self.check, subject, reason, message, severity=severity, unknown=unknown)
+        """Record a finding; severity, unknown and action default to the reason's catalog entry."""
+        f = self.catalog.finding(self.check, subject, reason, message, severity=severity, unknown=unknown, action=action)
         self._findings.append(f)
         self._subjects.setdefault(subject, "")
         return f

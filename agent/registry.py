@@ -17,9 +17,10 @@ from types import MappingProxyType
 from .burn import catalog as burn_catalog
 from .catalog import CORE_METRICS, CORE_REASONS, Catalog, MetricSpec, Reason
 from .check import CheckSpec
-from .checks import burn, disk, gpu, kernel, network, traffic
+from .checks import burn, disk, gpu, infiniband, kernel, network, traffic
 from .disk import catalog as disk_catalog
 from .gpu import catalog as gpu_catalog
+from .infiniband import catalog as infiniband_catalog
 from .kernel import catalog as kernel_catalog
 from .kube import catalog as kube
 from .network import catalog as network_catalog
@@ -28,7 +29,7 @@ from .web import CATALOG as WEB_CATALOG
 from .web import METRICS as WEB_METRICS
 
 CHECKS: Mapping[str, CheckSpec] = MappingProxyType(
-    {spec.name: spec for spec in (disk.SPEC, network.SPEC, gpu.SPEC, kernel.SPEC, traffic.SPEC, burn.SPEC)}
+    {spec.name: spec for spec in (disk.SPEC, network.SPEC, infiniband.SPEC, gpu.SPEC, kernel.SPEC, traffic.SPEC, burn.SPEC)}
 )
 
 CATALOG: Catalog = Catalog.merge(*(spec.catalog for spec in CHECKS.values()), kube.CATALOG, WEB_CATALOG)
@@ -39,6 +40,7 @@ FEATURES: Mapping[str, tuple[tuple[Reason, ...], tuple[MetricSpec, ...]]] = Mapp
     "core": (CORE_REASONS, CORE_METRICS),
     "disk": (disk_catalog.REASONS, disk_catalog.METRICS),
     "network": (network_catalog.REASONS, network_catalog.METRICS),
+    "infiniband": (infiniband_catalog.REASONS, infiniband_catalog.METRICS),
     "gpu": (gpu_catalog.REASONS, gpu_catalog.METRICS),
     "kernel": (kernel_catalog.REASONS, kernel_catalog.METRICS),
     "traffic": (traffic_catalog.REASONS, traffic_catalog.METRICS),

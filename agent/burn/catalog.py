@@ -18,13 +18,13 @@ REASONS: tuple[Reason, ...] = (
         Severity.CRITICAL,
         "The boot-time GPU burn test failed on this GPU (the message says how); "
         "held until a reboot or a forced re-run passes.",
-        family="Preflight",
+        family="Preflight", action="drain_and_diagnose",
     ),
     Reason(
         "BurnFailed",
         Severity.CRITICAL,
         "A periodic GPU burn re-test failed on this GPU (the message says how).",
-        family="GPU",
+        family="GPU", action="drain_and_diagnose",
     ),
     Reason(
         "BurnUnavailable",

@@ -16,8 +16,8 @@ import json
 import sys
 from typing import Any
 
-from ..findings import Severity
-from ..gpu.xid_catalog import ACTION_TEXT, classify, lookup
+from ..findings import ACTION_TEXT, Severity
+from ..gpu.xid_catalog import classify, lookup
 from ..parsers.xid import KIND_DRIVER_LOADED
 from .shared import UsageError
 

@@ -187,7 +187,7 @@ def _recovery(r: GpuReading, b: ObservationBuilder) -> None:
         return
     name, action, sev = RECOVERY_ACTIONS.get(r.recovery_action, (f"unknown ({r.recovery_action})", "drain_and_diagnose", None))
     b.finding(
-        f"gpu{r.index}", "GpuRecoveryAction", f"NVML recovery action: {name} (action: {action})", severity=sev
+        f"gpu{r.index}", "GpuRecoveryAction", f"NVML recovery action: {name}", severity=sev, action=action
     )
 
 
@@ -232,8 +232,9 @@ def _fabric(r: GpuReading, prev: dict[str, Any], state: dict[str, Any], limits: 
         elif f.health == HEALTH_UNHEALTHY:
             b.finding(subject, "GpuFabricUnhealthy", "the NVLink fabric reports this GPU unhealthy (health summary)")
         elif f.health == HEALTH_LIMITED:
+            # It still works, at reduced bandwidth: not a reboot's worth, a look's.
             b.finding(subject, "GpuFabricUnhealthy", "the NVLink fabric runs at limited capacity (health summary)",
-                      severity=Severity.WARNING)
+                      severity=Severity.WARNING, action="drain_and_diagnose")
         return
     # Not trained yet: Fabric Manager has not started (NOT_STARTED) or is training
     # (IN_PROGRESS). Normal for a while after boot; past the grace, CUDA cannot run here.

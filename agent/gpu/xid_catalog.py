@@ -27,19 +27,10 @@ from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 
-from ..findings import Severity
+from ..findings import ACTIONS, Severity
 from ..parsers.xid import KIND_FALLEN_OFF_BUS, KIND_RMINIT_FAILED, KIND_SXID, KIND_XID
 
-ACTIONS = ("none", "restart_app", "reset_gpu", "reboot", "drain_and_diagnose", "rma")
 STICKY_ACTIONS = frozenset({"reset_gpu", "reboot", "drain_and_diagnose", "rma"})
-ACTION_TEXT = {
-    "none": "no action",
-    "restart_app": "restart the application",
-    "reset_gpu": "drain the node and reset the GPU",
-    "reboot": "drain the node and reboot it",
-    "drain_and_diagnose": "drain the node and run diagnostics (dcgmi diag -r 3, field diagnostics)",
-    "rma": "drain the node and replace the GPU (RMA)",
-}
 
 
 

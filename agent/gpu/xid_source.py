@@ -347,7 +347,7 @@ def scan_once_unless_live(ctx: CheckContext, cfg: GpuConfig, b: ObservationBuild
         stream.add(ev)
     for f in stream.findings():
         if f.reason != "KmsgCoverageLost":  # a one-shot scan of a wrapped ring is not a gap in following
-            b.finding(f.subject, f.reason, f.message, severity=f.severity, unknown=f.unknown)
+            b.finding(f.subject, f.reason, f.message, severity=f.severity, unknown=f.unknown, action=f.action)
     first = next((r.seq for r in records if r.seq is not None), None)
     older = f" (records before seq {first} already overwritten)" if first else ""
     foreign = sum(n for _, n in batch.foreign)

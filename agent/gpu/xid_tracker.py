@@ -35,12 +35,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from ..findings import Finding, Sample, Severity
+from ..findings import ACTION_TEXT, Finding, Sample, Severity
 from ..parsers.xid import KIND_DRIVER_LOADED, KIND_FALLEN_OFF_BUS, KIND_SXID, KIND_XID
 from ..statedir import Damaged, integer, number, obj, seq, text
 from .catalog import CATALOG
 from .xid_catalog import (
-    ACTION_TEXT,
     NVLINK5_XIDS,
     XID_FALLEN_OFF_BUS,
     XID_RECOVERY_ACTION,
@@ -218,7 +217,8 @@ class XidStream:
 
     def findings(self) -> list[Finding]:
         out = [
-            CATALOG.finding(CHECK, subject, reason, a.message + (f" [{a.count} events]" if a.count > 1 else ""), severity=a.severity)
+            CATALOG.finding(CHECK, subject, reason, a.message + (f" [{a.count} events]" if a.count > 1 else ""),
+                            severity=a.severity, action=a.action)
             for (subject, reason), a in sorted(self.active.items())
         ]
         if self.coverage_message:

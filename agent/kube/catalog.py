@@ -20,6 +20,27 @@ REASONS: tuple[Reason, ...] = (
         "until an operator creates it.",
     ),
     Reason(
+        "DisruptionBudgetExhausted",
+        Severity.WARNING,
+        "Every slot of the fleet-wide disruption budget is taken: this node's drain, GPU reset or reboot waits "
+        "(its taint still keeps new pods away).",
+        action="none",  # about the remediation itself: never remediated
+    ),
+    Reason(
+        "DisruptionBudgetMissing",
+        Severity.WARNING,
+        "The disruption budget namespace has no ResourceQuota capping Leases, so no remediation step runs "
+        "(fail closed) until an operator creates it.",
+        action="none",  # about the remediation itself: never remediated
+    ),
+    Reason(
+        "DrainTimedOut",
+        Severity.WARNING,
+        "The drain timeout passed with pods still on the node (refused by their PodDisruptionBudgets, or in a "
+        "namespace whose timeout policy is wait); the message names them.",
+        action="none",  # about the remediation itself: never remediated
+    ),
+    Reason(
         "KubeApiError",
         Severity.WARNING,
         "Requests to the API server fail (the message has the status); node state catches up when they succeed.",
@@ -65,6 +86,18 @@ METRICS: tuple[MetricSpec, ...] = (
     MetricSpec(
         "node_health_would_set_condition", "gauge", "1 for each condition the agent would write but does not (dry run).",
         ("type", "status", "cause"),
+    ),
+    MetricSpec(
+        "node_health_kube_evictions_total", "counter",
+        "Pod evictions by result: evicted (201), blocked (a PodDisruptionBudget refused: 429, or 500 for a pod under "
+        "two budgets), gone (404 or replaced), deleted (at the drain timeout, policy delete), forbidden (403/422).",
+        ("result",),
+    ),
+    MetricSpec("node_health_kube_drain_pods_remaining", "gauge",
+               "Pods the current drain still waits for (to evict, or terminating within their grace period)."),
+    MetricSpec(
+        "node_health_kube_disruption_budget", "gauge",
+        "1 for the disruption budget's current state (idle, held, exhausted, missing, disabled).", ("state",),
     ),
     MetricSpec("node_health_kube_events_total", "counter", "Events by result (created, series, dropped, failed, dry_run).", ("result",)),
 )

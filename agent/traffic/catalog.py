@@ -26,6 +26,7 @@ REASONS: tuple[Reason, ...] = (
         "The node's traffic does not pass the iptables hooks the counters hang on (Cilium eBPF host routing, "
         "or most bytes on the uplinks unseen by them): traffic accounting is unknown and its counters withheld.",
         unknown=True,
+        action="none",
     ),
 )
 

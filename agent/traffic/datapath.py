@@ -7,7 +7,7 @@ same. Our counters would then read (almost) zero while the node is busy, and a
 dashboard would believe them. Two witnesses say so instead:
 
 * **Cilium's own word.** Where the node has Cilium (its ``cilium_host``
-  device) and its agent's API socket (``/var/run/cilium/cilium.sock`` on the
+  device) and its agent's API socket (``/var/run/cilium/cilium.sock``, i.e. ``/run/cilium/cilium.sock`` on the
   host) answers, ``GET /v1/healthz`` returns the agent's status, whose
   ``routing.intra-host-routing-mode`` is ``BPF`` or ``Legacy``. ``BPF``: pod
   traffic bypasses the host's iptables (the agent may fall back to legacy on a

@@ -47,7 +47,7 @@ class TrafficConfig(CheckConfig):
         64 << 20, "Bytes the uplinks must carry in a window before it is judged; a quieter window keeps the last verdict.", min=1
     )
     cilium_socket: str = opt(
-        "/var/run/cilium/cilium.sock",
+        "/run/cilium/cilium.sock",
         "Cilium agent API socket (host path), asked for its host routing mode where a cilium_host device exists.",
     )
 

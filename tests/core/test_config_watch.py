@@ -56,3 +56,25 @@ def test_a_configmap_swap_reloads_and_a_bad_one_keeps_the_running_config(tmp_pat
         assert "checks.no_such_check" in agent.logs() and "changed on disk" in agent.logs()
     finally:
         assert agent.stop() == 0
+
+
+def test_a_change_is_read_only_once_it_has_settled(tmp_path: Path) -> None:
+    """A file written in place is seen changing on one look and read on the next
+    look that finds it the same, never while it is still being written."""
+    from agent.filewatch import FileWatcher
+
+    path = tmp_path / "agent.toml"
+    path.write_text("a = 1\n")
+    calls: list[str] = []
+    watcher = FileWatcher(
+        lambda: (str(path),), lambda: calls.append(path.read_text() if path.exists() else "gone"), interval=3600
+    )
+    assert not watcher.look()  # nothing changed
+    path.write_text("")  # truncated: an editor or `cat >` in the middle of writing
+    assert not watcher.look()
+    path.write_text("a = 2\n")
+    assert not watcher.look()  # changed again since the last look: not settled
+    assert watcher.look() and calls == ["a = 2\n"]
+    assert not watcher.look() and calls == ["a = 2\n"]  # once per change
+    path.unlink()
+    assert not watcher.look() and watcher.look() and calls[-1] == "gone"  # gone is a change too, once settled

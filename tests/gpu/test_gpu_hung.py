@@ -60,6 +60,7 @@ def test_a_gpu_hung_for_n_polls_is_critical_and_unknown_before(gpu_context, scen
         obs = check.run()
         assert found(obs) == {("gpu0", DEAD[0]): DEAD[1], ("gpu1", DEAD[0]): DEAD[1]}
         assert "3 polls in a row" in obs.findings[0].message
+        assert {f.action for f in obs.findings} == {"reboot"}
         assert len(check.prober.hung()) == 2, "one stuck thread per GPU, not one per poll"
     finally:
         unhang(scenario, check, "hang.nvmlDeviceGetTemperature")
@@ -220,6 +221,7 @@ def test_process_stuck_for_n_polls_is_critical(gpu_context, scenario, host) -> N
         assert sample(obs, "node_health_gpu_stuck_processes") == 1
     obs = check.run()
     assert found(obs) == {("gpus", "GpuProcessStuck"): (Severity.CRITICAL, False)}
+    assert obs.findings[0].action == "reboot"
     assert "nvidia-smi (pid 4711, 3 polls" in obs.findings[0].message
     add_process(host.proc, 4711, "nvidia-smi", "S", ["/dev/nvidiactl", "/dev/nvidia0"])
     obs = check.run()

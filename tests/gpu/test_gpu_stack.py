@@ -59,6 +59,21 @@ def test_stack_findings_per_gpu(gpu_context, scenario, fields, extra, expected) 
     assert {r: s for (_, r), s in found(obs).items()} == expected
 
 
+@pytest.mark.parametrize(
+    ("fields", "reason", "action"),
+    [
+        pytest.param({"persistence": 0}, "GpuPersistenceModeOff", "none", id="persistence off: a setting, none"),
+        pytest.param({"fabric": "3 0 0 2"}, "GpuFabricUnhealthy", "reboot", id="fabric unhealthy: reboot"),
+        pytest.param({"fabric": "3 0 0 3"}, "GpuFabricUnhealthy", "drain_and_diagnose", id="limited capacity: diagnose"),
+        pytest.param({"fabric": "1 0"}, "FabricManagerNotRunning", "drain_and_diagnose", id="FM not running: diagnose"),
+    ],
+)
+def test_actions_come_from_the_catalog(gpu_context, scenario, fields, reason: str, action: str) -> None:
+    scenario.set([h100(0, **fields)])
+    obs = poll(gpu_context, 'fabric_manager_grace = "0s"\n')
+    assert [(f.reason, f.action) for f in obs.findings] == [(reason, action)]
+
+
 def test_old_driver_without_fabric_info_v_falls_back_to_the_first_struct(gpu_context, scenario) -> None:
     scenario.set([h100(0, fabric="1 0")], fabric_v=0)
     obs = poll(gpu_context, 'fabric_manager_grace = "0s"\n')

@@ -16,6 +16,7 @@ import pytest
 from agentproc import Agent, wait_for
 from conftest import update_requested
 from disktree import HostTree
+from ibtree import CX6DX, IbTree
 
 GOLDEN = Path(__file__).parent.parent / "golden" / "metrics.txt"
 NET_DEV = """Inter-|   Receive                                                |  Transmit
@@ -49,6 +50,9 @@ def fixture_host(tmp: Path) -> tuple[HostTree, str]:
     gpu.mkdir(parents=True)
     (gpu / "vendor").write_text("0x10de\n")
     (gpu / "class").write_text("0x030200\n")
+    ib = IbTree(host.root, sys=host.sys, proc=host.proc)  # one NDR port, one RoCE port
+    ib.node(1)
+    ib.device("mlx5_1", CX6DX, link_layer="Ethernet", rate="100 Gb/sec (4X EDR)")
     mc = host.sys / "devices/system/edac/mc/mc0"
     (mc / "dimm0").mkdir(parents=True)
     for name, value in (("ce_count", "3"), ("ue_count", "0"), ("ce_noinfo_count", "0"), ("ue_noinfo_count", "0"),
@@ -76,6 +80,8 @@ interval = "1s"
 kmsg_path = "/kmsg"
 [checks.traffic]
 enabled = false
+[checks.infiniband]
+interval = "1s"
 [checks.burn]
 interval = "1s"
 """
@@ -107,7 +113,7 @@ def test_metrics_on_a_fixture_host_match_the_golden_file(tmp_path: Path) -> None
     agent = Agent(tmp_path, config, env={"NODE_NAME": "golden-node", "KUBERNETES_SERVICE_HOST": ""})
     try:
         agent.wait_ready()
-        for check in ("disk", "network", "gpu", "kernel", "burn"):  # two runs each: rates and deltas are settled
+        for check in ("disk", "network", "infiniband", "gpu", "kernel", "burn"):  # two runs each: rates and deltas are settled
             wait_for(lambda c=check: (agent.value("node_health_check_runs_total", check=c) or 0) >= 2, what=check)
         wait_for(lambda: agent.value("node_health_gpu_xid_errors_total", gpu="unknown", xid="79") is not None
                  or b'xid="79"' in agent.get("/metrics")[1], what="the Xid from the followed log")

@@ -1,0 +1,157 @@
+"""The Kubernetes side of the remediation ladder (`agent.remediation` calls it).
+
+The contract (kept with the ladder's owner): `plan_drain`, `drain`,
+`claim_slot`, `release_slot`, `set_retired`, `event`. Every method may raise
+`Wait` (the rate limit) or `ApiError`; the ladder then tries again on its next
+tick. Nothing here is persisted: the ladder records its own step, and after a
+restart the slot is found again (a create of our own Lease answers 409, or 403
+with a full quota and a GET that finds it).
+
+- **Drain**: `Drainer` (drain.py), behind the drain's own token bucket
+  (``[kubernetes.drain] qps/burst``) so that evicting a hundred pods does not
+  starve the taint writer, and the other way round.
+- **Disruption budget**: the same `Budget` as the taint budget, in its own
+  namespace under its own ResourceQuota (``[kubernetes.disruption_budget]``):
+  a wave of tainted-but-running nodes cannot stop a reboot, nor the other way
+  round. No slot → wait: a finding, a metric and an event say so.
+- **Retire**: the condition ``<condition_prefix>NeedsHardwareRepair`` (a
+  strategic-merge patch of nodes/status with that one type), the label
+  ``<taint_prefix>retired=true`` an inventory can select on (a strategic-merge
+  patch of the labels map: merged by key, no precondition needed), an event.
+  The admission policy (daemonset/vap.yaml) lets the agent change exactly
+  these on its own node.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import time
+import uuid
+from collections.abc import Callable
+
+from ..findings import Finding, Sample
+from . import SOURCE
+from .api import KubeApi
+from .budget import Budget
+from .catalog import CATALOG
+from .drain import RESULTS, Drainer, DrainProgress
+from .events import EventRecorder
+from .nodes import rfc3339
+from .policy import EventSpec
+from .ratelimit import Gate
+from .settings import KubernetesSection
+
+log = logging.getLogger(__name__)
+
+NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+RETIRED_CONDITION = "NeedsHardwareRepair"  # after the condition prefix
+RETIRED_LABEL = "retired"  # after the taint prefix
+BUDGET_STATES = ("idle", "held", "exhausted", "missing", "disabled")
+EVENT_ACTION = "Remediate"
+
+
+def own_namespace(environ: dict[str, str] | None = None, path: str = NAMESPACE_FILE) -> str:
+    """The agent's namespace: $POD_NAMESPACE, else the service account's, else "" (not in a pod)."""
+    env = os.environ if environ is None else environ
+    if env.get("POD_NAMESPACE"):
+        return env["POD_NAMESPACE"]
+    try:
+        with open(path) as fh:
+            return fh.read().strip()
+    except OSError:
+        return ""
+
+
+class KubeRemediation:
+    def __init__(
+        self, api: KubeApi, node: str, node_uid: str, cfg: KubernetesSection, *, namespace: str | None = None,
+        wall: Callable[[], float] = time.time, rng: random.Random | None = None,
+    ) -> None:
+        self.node, self.node_uid, self.cfg, self.wall = node, node_uid, cfg, wall
+        rng = rng or random.Random()
+        gate = Gate(qps=cfg.drain.qps, burst=cfg.drain.burst, backoff_max=cfg.backoff_max, now=api.clock(), rng=rng)
+        self.api = api.with_gate(gate)
+        ns = own_namespace() if namespace is None else namespace
+        self.drainer = Drainer(self.api, node, cfg.drain, own_namespace=ns, rng=rng)
+        self.budget = Budget(self.api, cfg.disruption_budget, node, held=False, recheck=cfg.resync_interval, rng=rng,
+                             what="disruption")
+        self.recorder = EventRecorder(self.api, node, burst=cfg.event_burst, refill=cfg.event_refill, now=api.clock())
+        self.label = cfg.taint_prefix + RETIRED_LABEL
+        self.condition = cfg.condition_prefix + RETIRED_CONDITION
+        self.progress: DrainProgress | None = None
+        self._only: frozenset[str] | None = None
+        self._told: str | None = None  # the budget state an event was sent for
+
+    # ------------------------------------------------------------ drain
+
+    def plan_drain(self, only_pod_uids: frozenset[str] | None = None) -> list[str]:
+        return self.drainer.plan(only_pod_uids)
+
+    def drain(self, now: float, only_pod_uids: frozenset[str] | None = None) -> DrainProgress:
+        """One step; a call after a finished drain, or for other pods, starts a new one."""
+        if (self.progress is not None and self.progress.done) or only_pod_uids != self._only:
+            self.drainer.reset()
+        self._only = only_pod_uids
+        self.progress = self.drainer.step(now, only_pod_uids)
+        return self.progress
+
+    # ------------------------------------------------------------ the disruption budget
+
+    def claim_slot(self, now: float) -> bool:
+        held = self.budget.ensure(now, self.node_uid)
+        state = self.budget.state
+        if not held and state != self._told:
+            self._told = state
+            what = ("every slot of the disruption budget is taken" if state == "exhausted" else
+                    f"no ResourceQuota {self.cfg.disruption_budget.namespace}/{self.cfg.disruption_budget.quota_name} caps the disruption budget")
+            self.event(f"DisruptionBudget{state.capitalize()}", f"remediation waits: {what}", warning=True)
+        elif held:
+            self._told = None
+        return held
+
+    def release_slot(self, now: float) -> None:
+        self.budget.release()
+        self.budget.idle()
+        self.drainer.reset()
+        self.progress, self._told = None, None
+
+    # ------------------------------------------------------------ retire
+
+    def set_retired(self, retired: bool, message: str) -> None:
+        cond = {
+            "type": self.condition, "status": "True" if retired else "False",
+            "reason": "RepeatedFailures" if retired else "Returned",
+            "message": message[:256], "lastHeartbeatTime": rfc3339(self.wall()), "lastTransitionTime": rfc3339(self.wall()),
+        }
+        self.api.patch_node_status(self.node, {"status": {"conditions": [cond]}})
+        self.api.patch_node(self.node, {"metadata": {"labels": {self.label: "true" if retired else None}}})
+        self.event("NodeRetired" if retired else "NodeReturned", message, warning=retired)
+        log.warning("node %s %s: %s", self.node, "retired" if retired else "returned to service", message)
+
+    def event(self, reason: str, message: str, warning: bool = False) -> None:
+        spec = EventSpec("Warning" if warning else "Normal", reason, EVENT_ACTION, message[:1024])
+        name = f"{self.node}.{uuid.uuid4().hex[:16]}"
+        self.recorder.send(spec, self.node_uid, self.api.clock(), self.wall(), name)
+
+    # ------------------------------------------------------------ what it reports
+
+    def findings(self) -> tuple[Finding, ...]:
+        out = []
+        state = self.budget.state
+        if state in ("exhausted", "missing") and not self.budget.held:
+            out.append(CATALOG.finding(SOURCE, "disruption_budget", f"DisruptionBudget{state.capitalize()}",
+                                       f"remediation of {self.node} waits for a disruption budget slot"))
+        p = self.progress
+        if p is not None and p.timed_out:
+            out.append(CATALOG.finding(SOURCE, "drain", "DrainTimedOut",
+                                       f"{len(p.remaining)} pods left after the drain timeout: {', '.join(p.remaining[:5])}"))
+        return tuple(out)
+
+    def samples(self) -> list[Sample]:
+        out = [Sample("node_health_kube_evictions_total", float(self.drainer.results[r]), (("result", r),)) for r in RESULTS]
+        out.append(Sample("node_health_kube_drain_pods_remaining", float(self.drainer.remaining)))
+        out += [Sample("node_health_kube_disruption_budget", float(s == self.budget.state), (("state", s),))
+                for s in BUDGET_STATES]
+        return out

@@ -1,0 +1,181 @@
+"""KubeRemediation, the ladder's Kubernetes side: the disruption budget (N agents, B slots),
+retire (condition, label, event), and what it reports."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from agent.kube.api import ApiError, Wait
+from agent.kube.remediate import KubeRemediation, own_namespace
+from agent.kube.settings import KubernetesSection
+from fakeapi import FakeApiServer
+from kube_support import BUDGET_NS, NODE, QUOTA, Clock, fake, make_api, settings, wait_for  # noqa: F401 - fixture
+
+DISRUPTION_NS = "node-health-disruption"
+DISRUPTION_QUOTA = "node-health-disruption-budget"
+
+
+def remediation_settings(retry: float = 0.2) -> KubernetesSection:
+    cfg = settings()
+    drain = dataclasses.replace(cfg.drain, poll_interval=0.05, retry_interval=0.05, retry_max=0.2, qps=1000.0, burst=1000)
+    budget = dataclasses.replace(cfg.disruption_budget, retry_interval=retry)
+    return dataclasses.replace(cfg, drain=drain, disruption_budget=budget)
+
+
+def remediation(fake: FakeApiServer, tmp: Any, node: str = NODE, cfg: KubernetesSection | None = None,
+                clock: Any = time.monotonic) -> KubeRemediation:
+    cfg = cfg or remediation_settings()
+    api = make_api(fake, str(tmp), cfg, clock)
+    uid = fake.node(node)["metadata"]["uid"]
+    return KubeRemediation(api, node, uid, cfg, namespace="node-health", rng=random.Random(node))
+
+
+def slots_held_peak(fake: FakeApiServer) -> int:
+    """From the fake's request log: the most disruption Leases held at once."""
+    held = peak = 0
+    for r in fake.log():
+        if f"/namespaces/{DISRUPTION_NS}/leases" in r.path and r.status < 300:
+            held += {"create": 1, "delete": -1}.get(r.verb, 0)
+            peak = max(peak, held)
+    return peak
+
+
+def test_n_agents_with_every_node_faulty_never_disrupt_more_than_b(fake: FakeApiServer, tmp_path: Any) -> None:
+    n, b = 10, 3
+    fake.set_quota(DISRUPTION_NS, DISRUPTION_QUOTA, b)
+    nodes = [f"node-{i:02d}" for i in range(n)]
+    for name in nodes:
+        fake.add_node(name)
+        fake.add_pod("team-a", f"{name}-job", name, owner=("ReplicaSet", name), stop_after=0.05)
+    agents = [remediation(fake, tmp_path, name) for name in nodes]
+    handled: list[str] = []
+    errors: list[BaseException] = []
+
+    def agent(rem: KubeRemediation) -> None:
+        try:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                try:
+                    if rem.claim_slot(time.monotonic()):
+                        break
+                except (Wait, ApiError):
+                    pass
+                time.sleep(0.02)
+            else:
+                raise AssertionError(f"{rem.node} never got a slot")
+            while not rem.drain(time.monotonic()).done:
+                time.sleep(0.02)
+            time.sleep(0.1)  # the "reboot"
+            handled.append(rem.node)
+            rem.release_slot(time.monotonic())
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=agent, args=(a,)) for a in agents]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(90)
+    assert not errors, errors
+    assert sorted(handled) == nodes, "all eventually handled"
+    assert slots_held_peak(fake) == b, "never more than B at once, and the budget was used"
+    assert not fake.objects("coordination.k8s.io", "leases", DISRUPTION_NS), "every slot released"
+    assert not [p for p in fake.pods() if p["spec"]["nodeName"] in nodes], "every node drained"
+    waits = [e for e in fake.events() if e["reason"] == "DisruptionBudgetExhausted"]
+    assert waits and all(e["type"] == "Warning" and e["regarding"]["kind"] == "Node" for e in waits)
+
+
+def test_no_slot_is_a_finding_a_metric_and_one_event(fake: FakeApiServer, tmp_path: Any) -> None:
+    fake.set_quota(DISRUPTION_NS, DISRUPTION_QUOTA, 1)
+    fake.add_node("holder")
+    holder, waiter = remediation(fake, tmp_path, "holder"), remediation(fake, tmp_path)
+    assert holder.claim_slot(time.monotonic())
+    assert not waiter.claim_slot(time.monotonic())
+    assert [f.reason for f in waiter.findings()] == ["DisruptionBudgetExhausted"]
+    states = {dict(s.labels)["state"]: s.value for s in waiter.samples() if s.name == "node_health_kube_disruption_budget"}
+    assert states["exhausted"] == 1 and sum(states.values()) == 1
+    time.sleep(0.3)
+    assert not waiter.claim_slot(time.monotonic())
+    assert [e["reason"] for e in fake.events()] == ["DisruptionBudgetExhausted"], "one event per state, not per try"
+    holder.release_slot(time.monotonic())
+    wait_for(lambda: waiter.claim_slot(time.monotonic()), timeout=10)  # at its next retry
+    assert waiter.findings() == ()
+
+
+def test_the_disruption_budget_is_not_the_taint_budget(fake: FakeApiServer, tmp_path: Any) -> None:
+    fake.set_quota(BUDGET_NS, QUOTA, 0)  # no taint slot left anywhere
+    fake.set_quota(DISRUPTION_NS, DISRUPTION_QUOTA, 1)
+    rem = remediation(fake, tmp_path)
+    assert rem.claim_slot(time.monotonic())
+    (lease,) = fake.objects("coordination.k8s.io", "leases", DISRUPTION_NS)
+    assert lease["metadata"]["name"] == NODE
+    assert lease["metadata"]["ownerReferences"][0]["uid"] == fake.node(NODE)["metadata"]["uid"]
+
+
+def test_a_missing_quota_fails_closed(fake: FakeApiServer, tmp_path: Any) -> None:
+    rem = remediation(fake, tmp_path)
+    assert not rem.claim_slot(time.monotonic())
+    assert [f.reason for f in rem.findings()] == ["DisruptionBudgetMissing"]
+    assert not fake.objects("coordination.k8s.io", "leases", DISRUPTION_NS)
+
+
+def test_a_restarted_agent_finds_its_own_slot_with_a_full_quota(fake: FakeApiServer, tmp_path: Any) -> None:
+    fake.set_quota(DISRUPTION_NS, DISRUPTION_QUOTA, 1)
+    assert remediation(fake, tmp_path).claim_slot(time.monotonic())
+    again = remediation(fake, tmp_path)  # a new process: nothing in memory
+    assert again.claim_slot(time.monotonic()), "403 exceeded quota, then a GET finds the Lease is ours"
+
+
+def test_retire_sets_the_condition_the_label_and_an_event_and_returning_undoes_them(
+        fake: FakeApiServer, tmp_path: Any) -> None:
+    fake.edit_node(NODE, lambda n: n["metadata"]["labels"].update({"team": "ml"}))
+    rem = remediation(fake, tmp_path)
+    rem.set_retired(True, "Xid79 came back after 2 reboots in 7 days")
+    node = fake.node(NODE)
+    assert node["metadata"]["labels"] == {"kubernetes.io/hostname": NODE, "team": "ml", "node-health-agent/retired": "true"}
+    cond = {c["type"]: c for c in node["status"]["conditions"]}["NodeHealthNeedsHardwareRepair"]
+    assert (cond["status"], cond["reason"], cond["message"]) == (
+        "True", "RepeatedFailures", "Xid79 came back after 2 reboots in 7 days")
+    assert {c["type"] for c in node["status"]["conditions"]} == {"Ready", "NodeHealthNeedsHardwareRepair"}
+    (ev,) = fake.events()
+    assert (ev["type"], ev["reason"], ev["action"], ev["note"]) == (
+        "Warning", "NodeRetired", "Remediate", "Xid79 came back after 2 reboots in 7 days")
+    patches = [r for r in fake.writes() if r.path == f"/api/v1/nodes/{NODE}"]
+    assert patches[0].body == {"metadata": {"labels": {"node-health-agent/retired": "true"}}}, "the label alone"
+    rem.set_retired(False, "repaired: RMA ticket 1234 closed")
+    node = fake.node(NODE)
+    assert "node-health-agent/retired" not in node["metadata"]["labels"] and node["metadata"]["labels"]["team"] == "ml"
+    assert {c["type"]: c for c in node["status"]["conditions"]}["NodeHealthNeedsHardwareRepair"]["status"] == "False"
+
+
+def test_a_finished_drain_starts_anew_and_reports_its_metrics(fake: FakeApiServer, tmp_path: Any) -> None:
+    clock = Clock()
+    fake.clock = clock
+    fake.workloads.clock = clock
+    fake.add_pod("team-a", "a", NODE)
+    rem = remediation(fake, tmp_path, clock=clock)
+    assert rem.plan_drain() == ["team-a/a"]
+    assert rem.drain(clock.t).evicted == 1
+    clock.t += 1
+    assert rem.drain(clock.t).done
+    fake.add_pod("team-a", "b", NODE)
+    clock.t += 10
+    p = rem.drain(clock.t)
+    assert p.evicted == 1 and not p.done, "a new drain: its own count"
+    samples = {(s.name, s.labels): s.value for s in rem.samples()}
+    assert samples[("node_health_kube_evictions_total", (("result", "evicted"),))] == 2
+    assert samples[("node_health_kube_drain_pods_remaining", ())] == 1
+
+
+@pytest.mark.parametrize("env, expected", [({"POD_NAMESPACE": "agents"}, "agents"), ({}, "from-file")])
+def test_own_namespace(tmp_path: Any, env: dict[str, str], expected: str) -> None:
+    path = tmp_path / "namespace"
+    path.write_text("from-file\n")
+    assert own_namespace(env, str(path)) == expected
+    assert own_namespace({}, str(tmp_path / "absent")) == ""
