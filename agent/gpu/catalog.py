@@ -30,7 +30,7 @@ GPU_METRICS: tuple[MetricSpec, ...] = (
     MetricSpec("node_health_gpu_nvlink_up", "gauge", "1 if the NVLink is active.", ("gpu", "link")),
     MetricSpec("node_health_gpu_nvlink_errors_total", "counter", "NVLink data-link error counters (replay, recovery, crc_flit, crc_data).", ("gpu", "link", "counter")),
     MetricSpec("node_health_gpu_persistence_mode", "gauge", "1 if persistence mode is enabled, 0 if not (absent where not applicable).", G),
-    MetricSpec("node_health_gpu_pcie_replay_total", "counter", "PCIe replays (link-level retransmissions) since the driver loaded (nvmlDeviceGetPcieReplayCounter).", G),
+    MetricSpec("node_health_gpu_pcie_replay_total", "counter", "PCIe replays (link-level retransmissions) since the driver was loaded.", G),
     MetricSpec("node_health_gpu_fabric_state", "gauge", "NVLink fabric state from NVML (1 not started, 2 in progress, 3 completed); absent off a fabric.", G),
     MetricSpec("node_health_fabric_manager_running", "gauge", "1 if nvidia-fabricmanager runs (judged on NVSwitch systems whose driver does not report the fabric state)."),
     MetricSpec("node_health_nvidia_peermem_loaded", "gauge", "1 if nvidia_peermem (or nv_peer_mem) is loaded (judged on nodes with GPUs and InfiniBand)."),
@@ -56,7 +56,27 @@ XID_METRICS: tuple[MetricSpec, ...] = (
     MetricSpec("node_health_nvml_events_up", "gauge", "1 while NVML Xid events are received for at least one GPU."),
 )
 
-METRICS: tuple[MetricSpec, ...] = GPU_METRICS + XID_METRICS
+OWNER = ("gpu", "kind", "owner", "namespace", "pod")
+POD_METRICS: tuple[MetricSpec, ...] = (
+    MetricSpec(
+        "node_health_gpu_allocation",
+        "gauge",
+        "Always 1: the kubelet allocated this GPU (gpu: NVML index, empty if no GPU here matches) or its device "
+        "(device: the plugin's id, a MIG device's included) to this container; gone with the pod. Join on gpu.",
+        ("gpu", "device", "resource", "namespace", "pod", "container"),
+    ),
+    MetricSpec(
+        "node_health_gpu_processes",
+        "gauge",
+        "Processes NVML lists on the GPU by owner (kind: pod, job, container, unit, other, unknown; owner: pod UID, "
+        "job id, container id or unit; namespace and pod where the kubelet's log directory names the UID).",
+        OWNER,
+    ),
+    MetricSpec("node_health_gpu_process_memory_bytes", "gauge", "GPU memory used by those processes, where NVML says.", OWNER),
+    MetricSpec("node_health_pod_resources_up", "gauge", "1 if the kubelet's PodResources List answered at the last look, 0 if it failed or its socket is absent."),
+)
+
+METRICS: tuple[MetricSpec, ...] = GPU_METRICS + XID_METRICS + POD_METRICS
 
 F = "GPU"
 REASONS: tuple[Reason, ...] = (
@@ -89,6 +109,8 @@ REASONS: tuple[Reason, ...] = (
     Reason("NvSwitchSXid", Severity.WARNING, "An NVSwitch SXid error (critical when fatal).", family=F, action="drain_and_diagnose"),
     Reason("KmsgCoverageLost", Severity.WARNING, "Kernel log records were lost before the agent read them; Xids may be missed.", unknown=True, family=F),
     Reason("KmsgUnavailable", Severity.WARNING, "The kernel log cannot be read; Xids come from NVML events only.", unknown=True, family=F),
+    Reason("PodResourcesUnavailable", Severity.WARNING, "The kubelet's PodResources socket is there but List failed or hung: GPU allocations are unknown.", unknown=True, family=F, action="none"),
+    Reason("GpuProcessesUnknown", Severity.WARNING, "NVML cannot list the processes on this GPU: who holds it is unknown.", unknown=True, family=F, action="none"),
     Reason("NvmlEventsUnsupported", Severity.INFO, "NVML cannot deliver Xid events for this GPU; the kernel log still does.", family=F),
     *(
         Reason(

@@ -9,7 +9,10 @@ import sys
 from pathlib import Path
 
 from agentproc import Agent
+from conftest import require_root
 from ibtree import DOWN, POLLING, IbTree
+
+from agent.infiniband.sysfs import COUNTERS
 
 
 def _config(tree: IbTree) -> str:
@@ -35,13 +38,18 @@ def _finding(agent: Agent, subject: str, reason: str) -> float | None:
 
 
 def test_a_port_that_goes_down_under_agent_run(tmp_path: Path) -> None:
+    require_root()  # CAP_DAC_OVERRIDE: the restricted port's counter files open, then fail with EINVAL
     tree = IbTree(tmp_path / "host")
     tree.node(8)
+    tree.restrict("mlx5_7", 1)
     agent = Agent(tmp_path, _config(tree), env={"KUBERNETES_SERVICE_HOST": ""})
     try:
         agent.wait_ready()
         agent.poll(lambda _: agent.value("node_health_infiniband_ports", state="active") == 8, "8 active ports")
         assert _finding(agent, "mlx5_3/1", "IbLinkDowned") == 0  # known findings are exported at 0
+        assert agent.value("node_health_infiniband_skipped_files", device="mlx5_7") == len(COUNTERS)
+        assert agent.value("node_health_infiniband_port_active", device="mlx5_7") == 1
+        assert agent.value("node_health_infiniband_port_errors_total", device="mlx5_7", counter="symbol_error") is None
         tree.set("mlx5_3", 1, state=DOWN, phys_state=POLLING)
         tree.bump("mlx5_3", 1, link_downed=1)
         agent.poll(lambda _: _finding(agent, "mlx5_3/1", "IbLinkDowned") == 1, "IbLinkDowned")
@@ -54,6 +62,7 @@ def test_a_port_that_goes_down_under_agent_run(tmp_path: Path) -> None:
         agent.poll(lambda _: _finding(agent, "mlx5_3/1", "IbLinkDowned") == 1, "IbLinkDowned after a restart")
     finally:
         assert agent.stop() == 0, agent.logs()
+    assert agent.logs().count("failed with EINVAL") == len(COUNTERS)  # once per file, restart included
     state = json.loads((tmp_path / "state/infiniband.json").read_text())
     assert state["ports"]["mlx5_3/1"]["down_since"] is not None
 

@@ -96,6 +96,13 @@ def test_config_names_match_the_cluster_objects() -> None:
     roles = {r["metadata"]["name"]: r for r in docs() if r["kind"] == "Role"}
     assert roles["node-health-agent-kill-switch"]["rules"][0]["resourceNames"] == [k.kill_switch.name]
     assert roles["node-health-agent-budget"]["metadata"]["namespace"] == k.budget.namespace
+    disruption = find("ResourceQuota", k.disruption_budget.quota_name)
+    assert disruption["metadata"]["namespace"] == k.disruption_budget.namespace != k.budget.namespace
+    assert int(disruption["spec"]["hard"]["count/leases.coordination.k8s.io"]) < int(quota["spec"]["hard"]["count/leases.coordination.k8s.io"])
+    assert roles["node-health-agent-disruption"]["metadata"]["namespace"] == k.disruption_budget.namespace
+    assert roles["node-health-agent-disruption"]["rules"][1]["resourceNames"] == [k.disruption_budget.quota_name]
+    lease_ns = Policy("node-health-agent-own-lease").doc["spec"]["matchConstraints"]["namespaceSelector"]["matchExpressions"][0]
+    assert sorted(lease_ns["values"]) == sorted([k.budget.namespace, k.disruption_budget.namespace])
 
 
 @pytest.mark.parametrize(
@@ -109,12 +116,25 @@ def test_config_names_match_the_cluster_objects() -> None:
         ("coordination.k8s.io", "leases", "get", "node-health-budget"),
         ("coordination.k8s.io", "leases", "delete", "node-health-budget"),
         ("", "resourcequotas", "get", "node-health-budget"),
+        ("", "pods", "list", ""), ("", "pods/eviction", "create", ""),
+        ("coordination.k8s.io", "leases", "create", "node-health-disruption"),
+        ("coordination.k8s.io", "leases", "get", "node-health-disruption"),
+        ("coordination.k8s.io", "leases", "delete", "node-health-disruption"),
+        ("", "resourcequotas", "get", "node-health-disruption"),
     ],
 )
 def test_rbac_grants_each_call_the_agent_makes(group: str, resource: str, verb: str, namespace: str) -> None:
     kind = "Role" if namespace else "ClusterRole"
     rules = [r for d in docs() if d["kind"] == kind and d["metadata"].get("namespace", "") == namespace for r in d["rules"]]
     assert any(group in r["apiGroups"] and resource in r["resources"] and verb in r["verbs"] for r in rules)
+
+
+def test_rbac_for_pods_is_list_and_evict_only() -> None:
+    """No get/watch (the drain lists with its field selector), no delete unless the timeout policy deletes."""
+    verbs = {(res, v) for d in docs() for r in d.get("rules", []) for res in r["resources"] if res.startswith("pods")
+             for v in r["verbs"]}
+    assert verbs == {("pods", "list"), ("pods/eviction", "create")}
+    assert agent_config().kubernetes.drain.deletes is False
 
 
 def test_rbac_grants_nothing_broad() -> None:
@@ -148,9 +168,12 @@ class Policy:
         act["variables"] = celpy.celtypes.MapType(variables)
         return [v.get("message", v["expression"]) for v in self.doc["spec"]["validations"] if not self._eval(v["expression"], act)]
 
-    def variable(self, name: str) -> str:
+    def value(self, name: str) -> Any:
         (v,) = [v for v in self.doc["spec"]["variables"] if v["name"] == name]
-        return str(self._eval(v["expression"], {}))
+        return self._eval(v["expression"], {})
+
+    def variable(self, name: str) -> str:
+        return str(self.value(name))
 
 
 def node(name: str = "n1", taints: list[dict[str, str]] | None = None, conditions: list[dict[str, str]] | None = None) -> dict[str, Any]:
@@ -166,6 +189,7 @@ def request(node_claim: str | None = "n1", sub: str = "", user: str = AGENT, nam
 OURS = {"key": "node-health-agent/disk", "value": "DiskFull", "effect": "NoSchedule"}
 THEIRS = {"key": "other.team/drain", "effect": "NoSchedule"}
 OUR_COND = {"type": "NodeHealthDiskProblem", "status": "True"}
+RETIRED = "node-health-agent/retired"
 
 
 def with_(obj: dict[str, Any], fn: Any) -> dict[str, Any]:
@@ -186,6 +210,21 @@ def with_(obj: dict[str, Any], fn: Any) -> dict[str, Any]:
                      False, id="adds a reserved taint"),
         pytest.param(request(), node(), with_(node(), lambda n: n["spec"].update(unschedulable=True)), False, id="cordons"),
         pytest.param(request(), node(), with_(node(), lambda n: n["metadata"]["labels"].update(x="y")), False, id="labels"),
+        pytest.param(request(), node(), with_(node(), lambda n: n["metadata"]["labels"].update({RETIRED: "true"})),
+                     True, id="sets its retired label"),
+        pytest.param(request(), with_(node(), lambda n: n["metadata"]["labels"].update({RETIRED: "true"})), node(),
+                     True, id="removes its retired label"),
+        pytest.param(request(), node(), with_(node(), lambda n: n["metadata"]["labels"].update({RETIRED: "yes"})),
+                     False, id="retired label with another value"),
+        pytest.param(request(), node(), with_(node(), lambda n: n["metadata"]["labels"].update({RETIRED: "true", "a": "c"})),
+                     False, id="retired label and a foreign label"),
+        pytest.param(request(), node(), with_(node(), lambda n: n["metadata"]["labels"].pop("a")), False,
+                     id="removes a foreign label"),
+        pytest.param(request(name="n2"), node("n2"), with_(node("n2"), lambda n: n["metadata"]["labels"].update({RETIRED: "true"})),
+                     False, id="retires another node"),
+        pytest.param(request(sub="status"), node(), node(conditions=[{"type": "Ready", "status": "True"},
+                                                                     {"type": "NodeHealthNeedsHardwareRepair", "status": "True"}]),
+                     True, id="status: its retired condition"),
         pytest.param(request(sub="status"), node(), node(conditions=[{"type": "Ready", "status": "True"}, OUR_COND]),
                      True, id="status: sets its condition"),
         pytest.param(request(sub="status"), node(), node(conditions=[{"type": "Ready", "status": "False"}]), False,
@@ -215,14 +254,54 @@ def test_lease_policy(req: dict[str, Any], lease: Any, allowed: bool) -> None:
     assert (Policy("node-health-agent-own-lease").admit(req, lease, None) == []) == allowed
 
 
+def evict_request(ns: str = "team-a", claim: str | None = "n1") -> dict[str, Any]:
+    return {**request(claim, sub="eviction", name="web-0", op="CREATE"), "namespace": ns}
+
+
+def eviction(grace: int | None = None) -> dict[str, Any]:
+    ev: dict[str, Any] = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "web-0"},
+                          "deleteOptions": {"preconditions": {"uid": "u"}}}
+    if grace is not None:
+        ev["deleteOptions"]["gracePeriodSeconds"] = grace
+    return ev
+
+
+def pod_on(node_name: str) -> dict[str, Any]:
+    return {"metadata": {"name": "web-0", "namespace": "team-a"}, "spec": {"nodeName": node_name}}
+
+
+@pytest.mark.parametrize(
+    ("req", "obj", "old", "allowed"),
+    [
+        pytest.param(evict_request(), eviction(), None, True, id="evicts, with the pod's own grace period"),
+        pytest.param(evict_request(claim="n2"), eviction(), None, True,
+                     id="evicts a pod on another node: the policy cannot tell (the Eviction has no nodeName)"),
+        pytest.param(evict_request("kube-system"), eviction(), None, False, id="evicts in kube-system"),
+        pytest.param(evict_request("node-health"), eviction(), None, False, id="evicts in its own namespace"),
+        pytest.param(evict_request(), eviction(grace=0), None, False, id="shortens the grace period"),
+        pytest.param({**request(op="DELETE", name="web-0"), "namespace": "team-a"}, None, pod_on("n1"), True,
+                     id="deletes a pod on its own node"),
+        pytest.param({**request(op="DELETE", name="web-0"), "namespace": "team-a"}, None, pod_on("n2"), False,
+                     id="deletes a pod on another node"),
+        pytest.param({**request(None, op="DELETE", name="web-0"), "namespace": "team-a"}, None, pod_on("n1"), False,
+                     id="deletes without the node claim"),
+    ],
+)
+def test_pods_policy(req: dict[str, Any], obj: Any, old: Any, allowed: bool) -> None:
+    assert (Policy("node-health-agent-own-pods").admit(req, obj, old) == []) == allowed
+
+
 def test_policy_uses_the_configured_prefixes() -> None:
     k = agent_config().kubernetes
     policy = Policy("node-health-agent-own-node")
     assert policy.variable("taintPrefix") == k.taint_prefix
     assert policy.variable("conditionPrefix") == k.condition_prefix
+    assert policy.variable("retiredLabel") == k.taint_prefix + "retired"
+    never = sorted(str(x) for x in Policy("node-health-agent-own-pods").value("neverDrained"))
+    assert never == sorted({*k.drain.skip_namespaces, find("ServiceAccount")["metadata"]["namespace"]})
     rbac_sa = find("ServiceAccount")
     assert f"system:serviceaccount:{rbac_sa['metadata']['namespace']}:{rbac_sa['metadata']['name']}" == AGENT
-    for name in ("node-health-agent-own-node", "node-health-agent-own-lease"):
+    for name in ("node-health-agent-own-node", "node-health-agent-own-lease", "node-health-agent-own-pods"):
         assert AGENT in Policy(name).doc["spec"]["matchConditions"][0]["expression"]
         assert find("ValidatingAdmissionPolicyBinding", name)["spec"]["policyName"] == name
 

@@ -297,7 +297,34 @@ def test_tolerations_and_kill_switch_values() -> None:
                          [(7500, 5, 1, "375"), (200, 5, 1, "10"), (10, 5, 1, "1"), (10, 5, 2, "2"), (64, 25, 1, "16")])
 def test_taint_budget_is_a_share_of_the_nodes(nodes: int, percent: int, minimum: int, quota: str) -> None:
     docs = helm_({"taintBudget": {"nodes": nodes, "percent": percent, "minimum": minimum}})
-    assert find(docs, "ResourceQuota")["spec"]["hard"] == {"count/leases.coordination.k8s.io": quota}
+    assert find(docs, "ResourceQuota", "node-health-taint-budget")["spec"]["hard"] == {"count/leases.coordination.k8s.io": quota}
+
+
+@pytest.mark.parametrize(("nodes", "percent", "quota"), [(7500, 1, "75"), (200, 1, "2"), (10, 1, "1"), (64, 25, "16")])
+def test_disruption_budget_is_a_smaller_share_of_the_same_nodes(nodes: int, percent: int, quota: str) -> None:
+    docs = helm_({"taintBudget": {"nodes": nodes}, "disruptionBudget": {"percent": percent}})
+    q = find(docs, "ResourceQuota", "node-health-disruption-budget")
+    assert q["metadata"]["namespace"] == "node-health-disruption"
+    assert q["spec"]["hard"] == {"count/leases.coordination.k8s.io": quota}
+    k = parse(agent_toml(docs), "agent.toml").kubernetes
+    assert (k.disruption_budget.namespace, k.disruption_budget.quota_name) == ("node-health-disruption", "node-health-disruption-budget")
+
+
+def test_drain_delete_rbac_only_when_asked() -> None:
+    def pod_verbs(docs: list[dict[str, Any]]) -> list[str]:
+        (rule,) = [r for d in docs if d["kind"] == "ClusterRole" for r in d["rules"] if r["resources"] == ["pods"]]
+        return list(rule["verbs"])
+
+    assert pod_verbs(helm_()) == ["list"]
+    assert pod_verbs(helm_({"drain": {"allowDelete": True}})) == ["list", "delete"]
+
+
+def test_never_drained_namespaces_follow_the_config_and_the_release() -> None:
+    docs = helm_({"config": {"kubernetes": {"drain": {"skip_namespaces": ["kube-system", "gpu-operator"]}}}})
+    (var,) = [v for v in find(docs, "ValidatingAdmissionPolicy", "node-health-agent-own-pods")["spec"]["variables"]
+              if v["name"] == "neverDrained"]
+    assert var["expression"] == f"['kube-system', 'gpu-operator', '{NAMESPACE}']"
+    assert parse(agent_toml(docs), "agent.toml").kubernetes.drain.skip_namespaces == ("kube-system", "gpu-operator")
 
 
 def test_taint_budget_needs_a_node_count_offline() -> None:
@@ -308,10 +335,19 @@ def test_taint_budget_needs_a_node_count_offline() -> None:
 
 
 def test_taint_budget_off() -> None:
-    docs = helm({"taintBudget": {"enabled": False}})  # no node count needed then
-    assert not [d for d in docs if d["kind"] == "ResourceQuota" or "budget" in d["metadata"]["name"]]
-    assert not [d for d in docs if d["metadata"]["name"].endswith("own-lease")]
+    docs = helm_({"taintBudget": {"enabled": False}})
+    assert [d["metadata"]["name"] for d in docs if d["kind"] == "ResourceQuota"] == ["node-health-disruption-budget"]
+    assert not [d for d in docs if d["metadata"]["name"].endswith("-budget") and d["kind"] != "ResourceQuota"]
+    lease = find(docs, "ValidatingAdmissionPolicy", "node-health-agent-own-lease")
+    assert lease["spec"]["matchConstraints"]["namespaceSelector"]["matchExpressions"][0]["values"] == ["node-health-disruption"]
     assert parse(agent_toml(docs), "agent.toml").kubernetes.budget.enabled is False
+
+
+def test_both_budgets_off() -> None:
+    docs = helm({"taintBudget": {"enabled": False}, "disruptionBudget": {"enabled": False}})  # no node count needed then
+    assert not [d for d in docs if d["kind"] == "ResourceQuota" or "budget" in d["metadata"]["name"]
+                or d["metadata"]["name"].endswith(("-disruption", "own-lease"))]
+    assert parse(agent_toml(docs), "agent.toml").kubernetes.disruption_budget.enabled is False
 
 
 def test_monitor_toggles(chart: list[dict[str, Any]]) -> None:

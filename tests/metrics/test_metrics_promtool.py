@@ -85,7 +85,7 @@ def _overlap_rows() -> list[tuple[str, str, tuple[str, ...]]]:
 
 def test_the_overlap_table_names_catalog_families_with_node_exporter_labels() -> None:
     rows = _overlap_rows()
-    assert len(rows) == 18
+    assert len(rows) == 20
     for name, theirs, labels in rows:
         spec = CATALOG.metric(name)
         assert set(labels) <= set(spec.labels), f"{name}: the table says {labels}, the catalog {spec.labels}"

@@ -105,6 +105,16 @@ class IbTree:
         for name, value in values.items():
             (d / name).write_text(f"{value}\n")
 
+    def restrict(self, device: str, n: int) -> None:
+        """Make the port's counters/ read as on a firmware-restricted mlx5 function: every read fails
+        with EINVAL. Each file becomes a link to /proc/self/clear_refs, a real kernel file that a
+        process with CAP_DAC_OVERRIDE opens for reading and whose read returns EINVAL (it has
+        no read method); nothing is ever written to it."""
+        d = self.cls / device / "ports" / str(n) / "counters"
+        for f in d.iterdir():
+            f.unlink()
+            f.symlink_to("/proc/self/clear_refs")
+
     def remove(self, device: str) -> None:
         """The HCA is gone (fell off the bus, driver failed): its class link and device both."""
         real = (self.cls / device).resolve()

@@ -27,10 +27,11 @@ system:serviceaccount:{{ .Release.Namespace }}:{{ include "nha.fullname" . }}
 {{ include "nha.fullname" . }}-kill-switch
 {{- end -}}
 
-{{/* The taint budget's size: max(minimum, floor(percent x nodes / 100)). */}}
-{{- define "nha.budgetSize" -}}
-{{- $b := .Values.taintBudget -}}
-{{- $nodes := int $b.nodes -}}
+{{/* A budget's size: max(minimum, floor(percent x nodes / 100)); the node count from taintBudget.nodes or a lookup.
+     Call with (dict "ctx" $ "b" <the budget's values>). */}}
+{{- define "nha.quotaSize" -}}
+{{- $b := .b -}}
+{{- $nodes := int .ctx.Values.taintBudget.nodes -}}
 {{- if eq $nodes 0 -}}
 {{- $list := lookup "v1" "Node" "" "" -}}
 {{- $nodes = len (default (list) (get (default (dict) $list) "items")) -}}
@@ -39,6 +40,30 @@ system:serviceaccount:{{ .Release.Namespace }}:{{ include "nha.fullname" . }}
 {{- fail "taintBudget.nodes: the node count cannot be looked up here (helm template, or no access to list nodes); set taintBudget.nodes to the cluster's node count" -}}
 {{- end -}}
 {{- max (int $b.minimum) (div (mul $nodes (int $b.percent)) 100) -}}
+{{- end -}}
+
+{{- define "nha.budgetSize" -}}
+{{- include "nha.quotaSize" (dict "ctx" . "b" .Values.taintBudget) -}}
+{{- end -}}
+
+{{- define "nha.disruptionBudgetSize" -}}
+{{- include "nha.quotaSize" (dict "ctx" . "b" .Values.disruptionBudget) -}}
+{{- end -}}
+
+{{/* Namespaces whose pods the drain never evicts: the config's skip_namespaces and the release's. */}}
+{{- define "nha.neverDrained" -}}
+{{- $skip := list "kube-system" -}}
+{{- $k := get (default (dict) .Values.config) "kubernetes" | default (dict) -}}
+{{- $d := get $k "drain" | default (dict) -}}
+{{- if hasKey $d "skip_namespaces" }}{{ $skip = $d.skip_namespaces }}{{ end -}}
+{{- $all := append $skip .Release.Namespace | uniq -}}
+{{- printf "[%s]" (include "nha.celStrings" $all) -}}
+{{- end -}}
+
+{{- define "nha.celStrings" -}}
+{{- $out := list -}}
+{{- range . }}{{ $out = append $out (printf "'%s'" .) }}{{ end -}}
+{{- join ", " $out -}}
 {{- end -}}
 
 {{/* The metrics endpoint's scheme and the probes' handler. */}}
@@ -64,7 +89,8 @@ httpGet: {path: /healthz, port: metrics, scheme: {{ include "nha.scheme" . }}}
     "taint_prefix" .Values.kubernetes.taintPrefix
     "condition_prefix" .Values.kubernetes.conditionPrefix
     "kill_switch" (dict "namespace" .Release.Namespace "name" (include "nha.killSwitch" .))
-    "budget" (dict "enabled" .Values.taintBudget.enabled "namespace" .Values.taintBudget.namespace "quota_name" .Values.taintBudget.quotaName))
+    "budget" (dict "enabled" .Values.taintBudget.enabled "namespace" .Values.taintBudget.namespace "quota_name" .Values.taintBudget.quotaName)
+    "disruption_budget" (dict "enabled" .Values.disruptionBudget.enabled "namespace" .Values.disruptionBudget.namespace "quota_name" .Values.disruptionBudget.quotaName))
 -}}
 {{- if .Values.metrics.tls.enabled -}}
 {{- $tls := dict "cert_file" "/etc/node-health-agent/tls/tls.crt" "key_file" "/etc/node-health-agent/tls/tls.key" -}}
