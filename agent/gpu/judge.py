@@ -206,7 +206,8 @@ def _persistence(r: GpuReading, b: ObservationBuilder) -> None:
 def _replay(r: GpuReading, prev: dict[str, Any], state: dict[str, Any], limits: Limits, dt: float, b: ObservationBuilder) -> None:
     if r.pcie_replay is None:
         return
-    b.sample("node_health_gpu_pcie_replay_total", r.pcie_replay, gpu=str(r.index))
+    # The series node_health_gpu_pcie_replay_total is the telemetry check's (one emitter per series);
+    # this one only judges the rate.
     state["replay"] = r.pcie_replay
     last = prev.get("replay")
     if last is None or dt <= 0 or not limits.pcie_replays_per_minute:
