@@ -124,6 +124,7 @@ CATALOG = Catalog.declare(REASONS, METRICS)
 # The telemetry check (gpu_telemetry): what dcgm-exporter users read, in base units.
 # A series is absent where the GPU or driver lacks it, never 0.
 TELEMETRY_METRICS: tuple[MetricSpec, ...] = (
+    MetricSpec("node_health_gpu_driver_info", "gauge", "Always 1; the NVIDIA driver version NVML reports (dcgm-exporter's DCGM_FI_DRIVER_VERSION label).", ("version",)),
     MetricSpec("node_health_gpu_telemetry_up", "gauge", "1 if the GPU's last telemetry poll answered, 0 if it hung, failed or the GPU is lost.", G),
     MetricSpec("node_health_gpu_power_watts", "gauge", "Board power draw (NVML instantaneous power).", G),
     MetricSpec("node_health_gpu_power_limit_watts", "gauge", "The power limit the GPU enforces now.", G),
