@@ -67,7 +67,7 @@ def populate_node(fake: Any, node: str, ready_after: float) -> dict[str, int]:
     return {"evictable": 100, "kept": 10}
 
 
-def bench_node(rounds: int, ready_after: float) -> dict[str, Any]:
+def bench_node(rounds: int, ready_after: float, retry_max: float | None = None, qps: float | None = None) -> dict[str, Any]:
     from agent.kube.api import Wait
     from agent.kube.remediate import KubeRemediation
     from fakeapi import FakeApiServer
@@ -83,6 +83,10 @@ def bench_node(rounds: int, ready_after: float) -> dict[str, Any]:
             fake.set_quota(DISRUPTION_NS, DISRUPTION_QUOTA, 1)
             populate_node(fake, "gpu-1", ready_after)
             cfg = kube_settings()
+            if retry_max is not None:
+                cfg = dataclasses.replace(cfg, drain=dataclasses.replace(cfg.drain, retry_max=retry_max))
+            if qps is not None:
+                cfg = dataclasses.replace(cfg, drain=dataclasses.replace(cfg.drain, qps=qps))
             tmp = tempfile.mkdtemp(prefix="nha-drain-bench-")
             rem = KubeRemediation(make_api(fake, tmp, cfg, clock), "gpu-1", fake.node("gpu-1")["metadata"]["uid"], cfg,
                                   namespace="node-health", rng=random.Random(r))
@@ -237,6 +241,8 @@ def main() -> None:
     n = sub.add_parser("node", help="one node, 100 pods behind PDBs, over HTTP")
     n.add_argument("--rounds", type=int, default=5)
     n.add_argument("--ready-after", type=float, default=10.0, help="seconds a replacement pod takes to turn Ready")
+    n.add_argument("--retry-max", type=float, default=None, help="[kubernetes.drain] retry_max (default: the config's)")
+    n.add_argument("--qps", type=float, default=None, help="[kubernetes.drain] qps (default: the config's)")
     f = sub.add_parser("fleet", help="every node of a fleet fails at once")
     f.add_argument("--nodes", type=int, default=7500)
     f.add_argument("--budget", type=int, default=75)
@@ -248,7 +254,7 @@ def main() -> None:
 
     logging.disable(logging.WARNING)  # a fleet logs every refused eviction once
     if a.what == "node":
-        out = bench_node(a.rounds, a.ready_after)
+        out = bench_node(a.rounds, a.ready_after, a.retry_max, a.qps)
     else:
         out = bench_fleet(a.nodes, a.budget, a.apf or None, a.reboot, a.ready_after)
     print(json.dumps(out, indent=2))
