@@ -1,12 +1,15 @@
-"""`agent scan-log [FILE|-] [--json]` and `agent xid N`.
+"""`agent scan-log [FILE|-] [--json] [--config FILE]` and `agent xid N`.
 
 scan-log reads a saved kernel log (``dmesg`` with or without timestamps,
-``journalctl -k``, raw ``/dev/kmsg`` records) and lists every NVIDIA event in
-it with its meaning and recommended action: a post-mortem of a dead node's
-journal. A line that states a syslog facility other than the kernel's (a raw
-``/dev/kmsg`` record ``12,…;`` or a ``<12>`` prefix: a process wrote it) is
-no event, as in the daemon; they are counted on standard error. Exit 0 when
-nothing is critical, 1 when something is, 2 when the file cannot be read.
+``dmesg -T``, ``journalctl -k``, raw ``/dev/kmsg`` records) and lists every
+NVIDIA event in it and every kernel fault of the fault table
+(`agent.kernel.catalog.PATTERNS`, with the changes of ``--config``'s
+``[checks.kernel]``), with its meaning and recommended action: a post-mortem
+of a dead node's journal. A line that states a syslog facility other than the
+kernel's (a raw ``/dev/kmsg`` record ``12,…;`` or a ``<12>`` prefix: a
+process wrote it) is no event, as in the daemon; they are counted on standard
+error. Exit 0 when nothing is critical, 1 when something is, 2 when the file
+(or the config) cannot be read.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ from typing import Any
 
 from ..findings import ACTION_TEXT, Severity
 from ..gpu.xid_catalog import classify, lookup
+from ..kernel.catalog import CATALOG
+from ..kernel.patterns import DEFAULT, Table, scan_log
 from ..parsers.xid import KIND_DRIVER_LOADED
 from .shared import UsageError
 
@@ -27,11 +32,12 @@ MAX_INPUT = 1 << 30
 def register(sub: Any) -> None:
     scan = sub.add_parser(
         "scan-log",
-        help="list the Xid/NVRM events in a saved kernel log (dmesg, journalctl -k, /dev/kmsg records)",
+        help="list the Xid/NVRM events and kernel faults in a saved kernel log (dmesg, journalctl -k, /dev/kmsg records)",
         description="Exit 0: nothing critical; 1: a critical event; 2: the file cannot be read.",
     )
     scan.add_argument("file", nargs="?", default="-", metavar="FILE|-", help="the log file; - or nothing: standard input")
     scan.add_argument("--json", action="store_true", help="a JSON list of events")
+    scan.add_argument("--config", metavar="FILE", help="take the kernel fault table's changes from this config ([checks.kernel])")
     scan.set_defaults(func=cmd_scan_log)
     xid = sub.add_parser("xid", help="explain one Xid: meaning, severity, recommended action")
     xid.add_argument("number", metavar="N")
@@ -85,24 +91,57 @@ def scan(data: bytes, not_kernel: list[int] | None = None) -> list[dict[str, Any
     return out
 
 
+def kernel_faults(data: bytes, table: Table, not_kernel: list[int] | None = None) -> list[dict[str, Any]]:
+    """The kernel faults of a log, as the JSON objects `scan-log --json` prints (kind "kernel")."""
+    return [
+        {"line": line, "time": time, "kind": "kernel", "fault": p.name, "severity": p.severity.value,
+         "action": p.action, "reason": p.reason, "meaning": CATALOG.reason(p.reason).summary if p.summary == "" else p.summary,
+         "message": message.decode("utf-8", "replace")}
+        for line, time, p, message in scan_log(data, table, not_kernel)
+    ]
+
+
+def _table(config: str | None) -> Table:
+    if config is None:
+        return DEFAULT
+    from ..config import load
+    from ..kernel.settings import KernelConfig
+    from ..schema import ConfigError
+
+    try:
+        cfg = load(config).checks["kernel"]
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from None
+    assert isinstance(cfg, KernelConfig)
+    return cfg.table()  # validated when the file was loaded
+
+
 def cmd_scan_log(args: argparse.Namespace) -> int:
+    table = _table(args.config)
+    data = _read(args.file)
     not_kernel: list[int] = []
-    events = scan(_read(args.file), not_kernel)
-    if not_kernel:
-        shown = ", ".join(map(str, not_kernel[:10])) + (", …" if len(not_kernel) > 10 else "")
-        sys.stderr.write(
-            f"{len(not_kernel)} NVIDIA lines written by processes (syslog facility not kern), not by the kernel, "
-            f"are not events: line {shown}\n"
-        )
+    events = scan(data, not_kernel)
+    faults_not_kernel: list[int] = []
+    events = sorted(events + kernel_faults(data, table, faults_not_kernel), key=lambda e: e["line"])
+    for lines, what in ((not_kernel, "NVIDIA lines"), (faults_not_kernel, "kernel-fault lines")):
+        if lines:
+            shown = ", ".join(map(str, lines[:10])) + (", …" if len(lines) > 10 else "")
+            sys.stderr.write(
+                f"{len(lines)} {what} written by processes (syslog facility not kern), not by the kernel, "
+                f"are not events: line {shown}\n"
+            )
     if args.json:
         json.dump(events, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
         for e in events:
-            where = f" {e['pci']}" if e["pci"] else ""
             when = f"[{e['time']}] " if e["time"] else ""
+            if e["kind"] == "kernel":
+                what = f"kernel fault {e['fault']} ({e['reason']})"
+            else:
+                what = e["meaning"] + (f" {e['pci']}" if e["pci"] else " (unknown GPU: no address in the line)" if e["kind"] == "xid" else "")
             sys.stdout.write(
-                f"{e['line']}: {when}{e['severity'].upper()} {e['meaning']}{where}: {e['message']}\n"
+                f"{e['line']}: {when}{e['severity'].upper()} {what}: {e['message']}\n"
                 f"    action: {ACTION_TEXT[e['action']]}\n"
             )
         crit = sum(1 for e in events if e["severity"] == "critical")

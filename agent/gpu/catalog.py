@@ -49,7 +49,27 @@ XID_METRICS: tuple[MetricSpec, ...] = (
     MetricSpec("node_health_nvml_events_up", "gauge", "1 while NVML Xid events are received for at least one GPU."),
 )
 
-METRICS: tuple[MetricSpec, ...] = GPU_METRICS + XID_METRICS
+OWNER = ("gpu", "kind", "owner", "namespace", "pod")
+POD_METRICS: tuple[MetricSpec, ...] = (
+    MetricSpec(
+        "node_health_gpu_allocation",
+        "gauge",
+        "Always 1: the kubelet allocated this GPU (gpu: NVML index, empty if no GPU here matches) or its device "
+        "(device: the plugin's id, a MIG device's included) to this container; gone with the pod. Join on gpu.",
+        ("gpu", "device", "resource", "namespace", "pod", "container"),
+    ),
+    MetricSpec(
+        "node_health_gpu_processes",
+        "gauge",
+        "Processes NVML lists on the GPU by owner (kind: pod, job, container, unit, other, unknown; owner: pod UID, "
+        "job id, container id or unit; namespace and pod where the kubelet's log directory names the UID).",
+        OWNER,
+    ),
+    MetricSpec("node_health_gpu_process_memory_bytes", "gauge", "GPU memory used by those processes, where NVML says.", OWNER),
+    MetricSpec("node_health_pod_resources_up", "gauge", "1 if the kubelet's PodResources List answered at the last look, 0 if it failed or its socket is absent."),
+)
+
+METRICS: tuple[MetricSpec, ...] = GPU_METRICS + XID_METRICS + POD_METRICS
 
 F = "GPU"
 REASONS: tuple[Reason, ...] = (
@@ -75,6 +95,8 @@ REASONS: tuple[Reason, ...] = (
     Reason("NvSwitchSXid", Severity.WARNING, "An NVSwitch SXid error (critical when fatal).", family=F, action="drain_and_diagnose"),
     Reason("KmsgCoverageLost", Severity.WARNING, "Kernel log records were lost before the agent read them; Xids may be missed.", unknown=True, family=F),
     Reason("KmsgUnavailable", Severity.WARNING, "The kernel log cannot be read; Xids come from NVML events only.", unknown=True, family=F),
+    Reason("PodResourcesUnavailable", Severity.WARNING, "The kubelet's PodResources socket is there but List failed or hung: GPU allocations are unknown.", unknown=True, family=F, action="none"),
+    Reason("GpuProcessesUnknown", Severity.WARNING, "NVML cannot list the processes on this GPU: who holds it is unknown.", unknown=True, family=F, action="none"),
     Reason("NvmlEventsUnsupported", Severity.INFO, "NVML cannot deliver Xid events for this GPU; the kernel log still does.", family=F),
     *(
         Reason(

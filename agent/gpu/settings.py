@@ -65,3 +65,27 @@ def nvml_library(paths: HostPaths, cfg: GpuConfig) -> str:
     if cfg.driver_root:
         return nvml.find_library(*(paths.root(root) for root in cfg.driver_roots()))
     return ""
+
+
+def _host_path_or_empty(value: str) -> str | None:
+    return None if not value or value.startswith("/") else "expected an absolute host path or an empty string"
+
+
+@dataclass(frozen=True)
+class GpuPodsConfig(CheckConfig):
+    """The ``[checks.gpu_pods]`` section: who holds each GPU (agent.gpu.attribution).
+    NVML is found as ``[checks.gpu]`` says (nvml_library, driver_root)."""
+
+    interval: float = opt(15.0, "Time between looks at the GPUs' processes and the kubelet's allocations.", duration=True, min=1)
+    timeout: float = opt(30.0, "A run longer than this is reported as CheckTimeout.", duration=True, min=0.1)
+    call_timeout: float = opt(5.0, "NVML calls and the kubelet's List longer than this are reported as failed.", duration=True, min=0.1)
+    processes: bool = opt(True, "List the processes NVML sees on each GPU and trace each through its cgroup to a pod, job or unit.")
+    pod_resources_socket: str = opt(
+        "/var/lib/kubelet/pod-resources/kubelet.sock",
+        "The kubelet's PodResources socket (host path); empty: do not ask the kubelet.",
+        check=_host_path_or_empty,
+    )
+    pod_logs_dir: str = opt("/var/log/pods", "The kubelet's pod log directories (host path): pod namespace and name to UID.", check=_host_path_or_empty)
+    resource_names: tuple[str, ...] = opt(
+        (), 'Device plugin resources that are GPUs besides nvidia.com/gpu, nvidia.com/gpu.* and nvidia.com/mig-* (e.g. "example.com/gpu").'
+    )

@@ -28,7 +28,7 @@ class FaultPattern:
     name: str  # the finding's subject and the `fault` label: [a-z0-9_]+
     reason: str
     severity: Severity
-    action: str  # one of agent.findings.ACTIONS
+    action: str  # one of agent.findings.ACTIONS: what the finding asks of the node
     pattern: str  # a Python regular expression, matched at the start of the message
     threshold: int = 1  # matches within `window` that raise the finding
     window: float = 10 * MINUTE
@@ -143,16 +143,16 @@ PATTERNS: tuple[FaultPattern, ...] = (
 )
 
 
-def _r(name: str, severity: Severity, summary: str, unknown: bool = False) -> Reason:
-    return Reason(name, severity, summary, unknown=unknown, family="Kernel")
+def _r(name: str, severity: Severity, summary: str, action: str = "none", unknown: bool = False) -> Reason:
+    return Reason(name, severity, summary, unknown=unknown, family="Kernel", action=action)
 
 
 REASONS: tuple[Reason, ...] = (
-    *(_r(p.reason, p.severity, p.summary) for p in PATTERNS),
+    *(_r(p.reason, p.severity, p.summary, p.action) for p in PATTERNS),
     _r(OPERATOR_REASON, _WARN, "A pattern of checks.kernel.patterns matched; its severity and action are the ones configured."),
     _r("KernelLogUnavailable", _WARN, "The kernel log cannot be read; kernel faults are not seen.", unknown=True),
-    _r("EdacUncorrectable", _CRIT, "An EDAC memory controller counted new uncorrected memory errors."),
-    _r("EdacCorrectedRate", _WARN, "Corrected memory errors on a memory controller or DIMM above checks.kernel.edac_ce_per_day."),
+    _r("EdacUncorrectable", _CRIT, "An EDAC memory controller counted uncorrected memory errors this boot.", "drain_and_diagnose"),
+    _r("EdacCorrectedRate", _WARN, "Corrected memory errors on a DIMM (or a controller) in 24 h at or above checks.kernel.edac_ce_per_day."),
 )
 
 METRICS: tuple[MetricSpec, ...] = (

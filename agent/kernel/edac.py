@@ -18,6 +18,7 @@ state dir, per boot id, so a restart neither forgets it nor starts it over.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import time
@@ -27,7 +28,9 @@ from typing import Any
 
 from ..findings import ObservationBuilder
 from ..hostpaths import HostPaths, read_text
-from ..statedir import StateDir, StateFile, boot_id, number, obj, seq, text
+from ..statedir import StateDir, StateFile, boot_id, integer, number, obj, seq, text
+
+log = logging.getLogger(__name__)
 
 DAY = 86400.0
 KEEP_EVERY = 600.0  # seconds between two samples kept in the window (145 a day at most)
@@ -84,7 +87,8 @@ def _parse(raw: Any) -> tuple[str, dict[str, list[tuple[float, int]]]]:
     d = obj(raw)
     series = {}
     for key, points in obj(d["series"]).items():
-        series[text(key, "series")] = [(number(p[0], "time"), int(number(p[1], "count"))) for p in map(lambda x: seq(x, "point"), seq(points, "series"))]
+        pairs = [seq(p, "point") for p in seq(points, "series")]
+        series[text(key, "series")] = [(number(p[0], "time"), integer(p[1], "count")) for p in pairs]
     return text(d["boot"], "boot"), series
 
 
@@ -96,6 +100,7 @@ class EdacMonitor:
         self.paths, self.state, self.ce_per_day, self.clock = paths, state, ce_per_day, clock
         self.boot = ""
         self.series: dict[str, list[tuple[float, int]]] = {}  # "mc0/dimm3" -> (unix time, ce count), oldest first
+        self._changed = self._save_failed = False
 
     def run(self, b: ObservationBuilder, dry_run: bool = False) -> None:
         controllers = read_controllers(self.paths)
@@ -106,8 +111,20 @@ class EdacMonitor:
         now = self.clock()
         for c in controllers:
             self._controller(b, c, now)
-        if not dry_run:
+        if self._changed and not dry_run:
+            self._save()
+
+    def _save(self) -> None:
+        """Written when a point was added or dropped (at most every KEEP_EVERY per DIMM); a failed
+        write is logged once and tried again at the next run: the window lives on in memory."""
+        try:
             self.state.write_json(STATE_FILE, {"boot": self.boot, "series": {k: [list(p) for p in v] for k, v in self.series.items()}})
+        except OSError as exc:
+            if not self._save_failed:
+                log.error("cannot save the EDAC window in %s: %s (logged once until it works again)", self.state.path, exc.strerror or exc)
+            self._save_failed = True
+            return
+        self._save_failed = self._changed = False
 
     def _controller(self, b: ObservationBuilder, c: Controller, now: float) -> None:
         for kind, n in c.counts.items():
@@ -130,9 +147,11 @@ class EdacMonitor:
 
     def _window(self, key: str, count: int, now: float) -> int:
         """Corrected errors added within the last 24 h (as far as this boot's samples reach)."""
-        points = [p for p in self.series.get(key, []) if p[0] >= now - DAY and p[1] <= count]  # a drop: counters reset
+        old = self.series.get(key, [])
+        points = [p for p in old if p[0] >= now - DAY and p[1] <= count]  # a drop: counters reset
         if not points or now - points[-1][0] >= KEEP_EVERY:  # at most one a KEEP_EVERY: bounded
             points.append((now, count))
+        self._changed = self._changed or points != old
         self.series[key] = points
         return count - points[0][1]
 

@@ -111,12 +111,12 @@ DEFAULT = Table(PATTERNS)
 # a syslog / journalctl -k head ("Nov 25 10:00:01 host kernel: ", or ISO time), and
 # dmesg's bracket ("[  123.456789] ", "[Tue Nov 25 10:00:01 2026] ").
 _LINE = re.compile(
-    rb"^(?:\d{1,19},\d{1,19},\d{1,19}(?:,[^;]*)?;)?"
+    rb"^(?:\d{1,19},\d{1,19},(?P<usec>\d{1,19})(?:,[^;]*)?;)?"
     rb"(?:<\d{1,4}>)?"
     rb"(?:[a-z]{2,8} *:[a-z]{2,6} *: )?"
-    rb"(?:(?:[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d|\d{4}-\d\d-\d\dT\S+) \S+ kernel: )?"
-    rb"(?:\d{4}-\d\d-\d\dT\S+ )?"
-    rb"(?:\[[^\]]{1,40}\] ?)?"
+    rb"(?:(?P<syslog>[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d|\d{4}-\d\d-\d\dT\S+) \S+ kernel: )?"
+    rb"(?:(?P<iso>\d{4}-\d\d-\d\dT\S+) )?"
+    rb"(?:\[(?P<bracket>[^\]]{1,40})\] ?)?"
 )
 
 
@@ -124,6 +124,21 @@ def message_of(line: bytes) -> bytes:
     """The kernel message in one line of a saved log (the line itself when it has no known prefix)."""
     m = _LINE.match(line)
     return line[m.end():] if m else line
+
+
+def time_of(line: bytes) -> str:
+    """The time a saved line carries: dmesg's bracket, the journal's or ISO stamp, or a
+    kmsg record's microseconds as seconds; "" when none."""
+    m = _LINE.match(line)
+    if m is None:
+        return ""
+    if m["bracket"]:
+        return m["bracket"].strip().decode("ascii", "replace")
+    if m["usec"]:
+        usec = int(m["usec"])
+        return f"{usec // 1_000_000}.{usec % 1_000_000:06d}"
+    stamp = m["iso"] or m["syslog"]
+    return stamp.decode("ascii", "replace") if stamp else ""
 
 
 def facility_of(line: bytes) -> int | None:
@@ -139,3 +154,27 @@ def facility_of(line: bytes) -> int | None:
         if end > 1 and line[1:end].isdigit():
             return int(line[1:end]) >> 3
     return None
+
+
+def scan_log(data: bytes, table: Table = DEFAULT, not_kernel: list[int] | None = None) -> list[tuple[int, str, FaultPattern, bytes]]:
+    """The faults of a saved kernel log: (line number from 1, its time, the
+    pattern, the message). A line that states a facility other than the
+    kernel's (a process wrote it) is no fault; its number goes to `not_kernel`."""
+    lines = data.split(b"\n")
+    kept: list[int] = []
+    messages: list[bytes] = []
+    for i, line in enumerate(lines):
+        if not line or line[0] == 0x20:  # empty, or a " KEY=value" continuation of a kmsg record
+            continue
+        kept.append(i)
+        messages.append(message_of(line.rstrip(b"\r")))
+    out = []
+    for m in table.scan(messages):
+        i = kept[m.index]
+        facility = facility_of(lines[i])
+        if facility not in (None, 0):
+            if not_kernel is not None:
+                not_kernel.append(i + 1)
+            continue
+        out.append((i + 1, time_of(lines[i]), m.pattern, messages[m.index]))
+    return out

@@ -7,13 +7,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from ..findings import Severity
+from ..findings import ACTIONS, Severity
 from ..schema import CheckConfig, opt, parse_duration
 from .catalog import PATTERNS
 from .patterns import NAME, PatternError, Table, build, check_regex
 
 SEVERITIES = ("info", "warning", "critical")
-ACTIONS = ("none", "restart_app", "reset_gpu", "reboot", "drain_and_diagnose", "rma")
 BUILTIN = frozenset(p.name for p in PATTERNS)
 
 

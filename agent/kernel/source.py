@@ -204,7 +204,7 @@ def scan_once_unless_live(ctx: CheckContext, cfg: KernelConfig, b: ObservationBu
         rec = mine[m.index]
         tracker.add(m.pattern, texts[m.index], rec.usec / 1e6 if rec.usec is not None else time.monotonic())
     for f in tracker.findings():
-        b.finding(f.subject, f.reason, f.message, severity=f.severity)
+        b.finding(f.subject, f.reason, f.message, severity=f.severity, action=f.action)
     spoofed = len(tracker.table.scan(foreign_texts)) if foreign else 0
     ignored = f", {spoofed} written by processes ignored" if spoofed else ""
     b.subject("kernel-log", f"{len(records)} kernel log records scanned, {sum(tracker.counts.values())} faults{ignored}")

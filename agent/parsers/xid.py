@@ -20,6 +20,8 @@ Formats (open-gpu-kernel-modules ``kernel_rc.c``, ``osinit.c``, ``osapi.c``,
     NVRM: Xid (PCI:0000:01:00 GPU-I:05 GPU-CI:01): 94, pid=7194, Contained: ...                   (MIG)
     NVRM: Xid (0000:01:00): 31, Ch 0000000b, ...                                                   (very old)
     NVRM: Xid (PCI:0000:3b:00): 45, pid=7, name=x, Ch 00000008 caused by previous Xid 79           (>= 575)
+    NVRM: Xid (PCI:XXXX:XX:XX): 79, ... / NVRM: Xid (<redacted>): 48, ... / NVRM: Xid: 79, pid=...  (scrubbed
+        before they were shared: an Xid of an unknown device, ``pci`` empty; SXids keep their strict address)
     nvidia-nvswitch3: SXid (PCI:0000:c6:00.0): 12028, Non-fatal, Link 32 ...
     NVRM: GPU 0000:3b:00.0: GPU has fallen off the bus.
     NVRM: GPU at 0000:01:00.0 has fallen off the bus.                                              (old)
@@ -113,7 +115,9 @@ def parse(data: bytes) -> list[XidRecord]:
         if marker == b"S":
             rec = _sxid(rest)
         elif rest.startswith(b"Xid ("):
-            rec = _xid(rest[5:])
+            rec = _xid(_paren_head(rest[5:], redacted=True))
+        elif rest.startswith(b"Xid: "):
+            rec = _xid(_number_head(rest[5:], b"", b""))
         elif rest.startswith(b"The NVIDIA GPU ") and b"fallen off the bus" not in rest:
             pending, pending_line, pending_facility = _pci_token(rest[15:]), i, facility
             continue
@@ -224,8 +228,10 @@ def _digits(s: bytes) -> int:
     return n
 
 
-def _paren_head(s: bytes) -> tuple[bytes, bytes, int, bytes] | None:
-    """``PCI:0000:3b:00 GPU-I:05): 79, tail`` → (pci, mig, number, tail after the number)."""
+def _paren_head(s: bytes, redacted: bool = False) -> tuple[bytes, bytes, int, bytes] | None:
+    """``PCI:0000:3b:00 GPU-I:05): 79, tail`` → (pci, mig, number, tail after the number).
+    With `redacted`, an address that is not one (``PCI:XXXX:XX:XX``, ``<redacted>``: a log
+    scrubbed before it was shared) is an unknown device (pci b""), not a non-event."""
     close = s.find(b")")
     if close < 0:
         return None
@@ -234,9 +240,19 @@ def _paren_head(s: bytes) -> tuple[bytes, bytes, int, bytes] | None:
         inner = inner[4:]
     pci, _, mig = inner.partition(b" ")
     after = s[close + 1 :]
-    if not _is_pci(pci) or not after.startswith(b": "):
+    if not after.startswith(b": "):
         return None
-    after = after[2:]
+    if not _is_pci(pci):
+        if not redacted:
+            return None
+        pci = b""
+        if not mig.strip(_WS).startswith(b"GPU-I:"):
+            mig = b""
+    return _number_head(after[2:], pci, mig.strip(_WS))
+
+
+def _number_head(after: bytes, pci: bytes, mig: bytes) -> tuple[bytes, bytes, int, bytes] | None:
+    """``79, tail`` → (pci, mig, 79, tail): the number, then nothing or a comma."""
     n = _digits(after)
     number = u64(after[:n])
     if number is None:
@@ -244,11 +260,10 @@ def _paren_head(s: bytes) -> tuple[bytes, bytes, int, bytes] | None:
     tail = after[n:]
     if tail != b"" and not tail.startswith(b","):
         return None
-    return pci, mig.strip(_WS), number, tail[1:].lstrip(b" ")
+    return pci, mig, number, tail[1:].lstrip(b" ")
 
 
-def _xid(s: bytes) -> tuple[int, int, int, bytes, bytes, bytes, bytes, bytes] | None:
-    head = _paren_head(s)
+def _xid(head: tuple[bytes, bytes, int, bytes] | None) -> tuple[int, int, int, bytes, bytes, bytes, bytes, bytes] | None:
     if head is None:
         return None
     pci, mig, xid, body = head

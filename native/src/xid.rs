@@ -46,7 +46,9 @@ pub fn parse(input: &[u8], out: &mut Out) {
         let rec = if marker == Marker::NvSwitch {
             sxid(rest)
         } else if let Some(s) = rest.strip_prefix(b"Xid (") {
-            xid(s)
+            paren_head(s, true).and_then(xid)
+        } else if let Some(s) = rest.strip_prefix(b"Xid: ") {
+            number_head(s, b"", b"").and_then(xid)
         } else if let (Some(s), false) = (rest.strip_prefix(b"The NVIDIA GPU "), contains(rest, b"fallen off the bus")) {
             pending = pci_token(s);
             pending_line = i as i64;
@@ -277,21 +279,34 @@ struct Head<'a> {
     body: &'a [u8],
 }
 
-/// `PCI:0000:3b:00 GPU-I:05): 79, tail` → its `Head`.
-fn paren_head(s: &[u8]) -> Option<Head<'_>> {
+/// `PCI:0000:3b:00 GPU-I:05): 79, tail` → its `Head`. With `redacted`, an
+/// address that is not one (`PCI:XXXX:XX:XX`, `<redacted>`: a log scrubbed
+/// before it was shared) is an unknown device (`pci` empty), not a non-event.
+fn paren_head(s: &[u8], redacted: bool) -> Option<Head<'_>> {
     let close = s.iter().position(|&b| b == b')')?;
     let mut inner = &s[..close];
     if let Some(t) = inner.strip_prefix(b"PCI:") {
         inner = t;
     }
-    let (pci, mig) = match inner.iter().position(|&b| b == b' ') {
+    let (mut pci, mut mig) = match inner.iter().position(|&b| b == b' ') {
         Some(sp) => (&inner[..sp], &inner[sp + 1..]),
         None => (inner, &b""[..]),
     };
     let after = s[close + 1..].strip_prefix(b": ")?;
     if !is_pci(pci) {
-        return None;
+        if !redacted {
+            return None;
+        }
+        pci = b"";
+        if !trim(mig).starts_with(b"GPU-I:") {
+            mig = b"";
+        }
     }
+    number_head(after, pci, trim(mig))
+}
+
+/// `79, tail` → its `Head` (the number, then nothing or a comma).
+fn number_head<'a>(after: &'a [u8], pci: &'a [u8], mig: &'a [u8]) -> Option<Head<'a>> {
     let n = digits(after);
     let number = parse_u64(&after[..n])?;
     let tail = &after[n..];
@@ -300,11 +315,11 @@ fn paren_head(s: &[u8]) -> Option<Head<'_>> {
     } else {
         trim_spaces_left(tail.strip_prefix(b",")?)
     };
-    Some(Head { pci, mig: trim(mig), number, body })
+    Some(Head { pci, mig, number, body })
 }
 
-fn xid(s: &[u8]) -> Option<Rec<'_>> {
-    let Head { pci, mig, number: xid, mut body } = paren_head(s)?;
+fn xid(head: Head<'_>) -> Option<Rec<'_>> {
+    let Head { pci, mig, number: xid, mut body } = head;
     let (mut pid, mut name): (&[u8], &[u8]) = (b"", b"");
     if body.starts_with(b"pid=") {
         match find(body, b", ") {
@@ -349,7 +364,7 @@ fn sxid(rest: &[u8]) -> Option<Rec<'_>> {
     if digits(rest) != s {
         return None;
     }
-    let Head { pci, mig, number, body } = paren_head(&rest[s + 8..])?;
+    let Head { pci, mig, number, body } = paren_head(&rest[s + 8..], false)?;
     Some(Rec { kind: KIND_SXID, xid: number, caused: 0, pci, pid: b"", name: b"", mig, msg: trim(body) })
 }
 
@@ -399,6 +414,21 @@ mod tests {
         assert_eq!(run(b"<30>NVRM: Xid (PCI:0000:3b:00): 79, x").0[4], 3);
         assert_eq!(run(b"99999,1,1,-;NVRM: Xid (PCI:0000:3b:00): 79, x").0[4], 255);
         assert_eq!(run(b"<4x>NVRM: Xid (PCI:0000:3b:00): 79, x").0[4], NO_FACILITY);
+    }
+
+    #[test]
+    fn redacted_or_missing_address_is_an_unknown_device() {
+        for line in [
+            &b"NVRM: Xid (PCI:XXXX:XX:XX): 79, pid=1, name=x, GPU has fallen off the bus."[..],
+            b"NVRM: Xid (<redacted>): 79, GPU has fallen off the bus.",
+            b"NVRM: Xid: 79, pid=1, name=x, GPU has fallen off the bus.",
+        ] {
+            let (n, s) = run(line);
+            assert_eq!((n[1], n[2]), (KIND_XID, 79), "{}", String::from_utf8_lossy(line));
+            assert_eq!(s[0], 0, "no address: the unknown device");
+        }
+        let (n, _) = run(b"nvidia-nvswitch3: SXid (PCI:XXXX:XX:XX.X): 12028, Non-fatal");
+        assert!(n.is_empty(), "SXids keep their strict address");
     }
 
     #[test]

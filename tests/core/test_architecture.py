@@ -15,7 +15,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent.parent
 AGENT = ROOT / "agent"
 # cuda.bindings, not cuda: the cuda-bindings wheel installs a .pth that imports the bare `cuda` namespace at start.
-HEAVY = ("kubernetes", "pyroute2", "iptc", "pynvml", "cuda.bindings", "prometheus_client")
+HEAVY = ("kubernetes", "pyroute2", "iptc", "pynvml", "cuda.bindings", "prometheus_client", "h2")
 
 
 def _loaded_after(code: str) -> list[str]:

@@ -59,6 +59,21 @@ def test_xid_line_in_the_followed_log_is_a_critical_finding(start, scenario, log
     out.wait(lambda o: o.value("node_health_kmsg_records_read_total") == 2)
 
 
+@pytest.mark.parametrize("line", [
+    pytest.param("NVRM: Xid (PCI:XXXX:XX:XX): 79, pid=2231, name=python3, GPU has fallen off the bus.", id="X-ed out"),
+    pytest.param("NVRM: Xid (<redacted>): 79, pid=2231, name=python3, GPU has fallen off the bus.", id="<redacted>"),
+    pytest.param("NVRM: Xid: 79, pid=2231, name=python3, GPU has fallen off the bus.", id="no address at all"),
+])
+def test_an_xid_without_a_device_address_counts_for_an_unknown_gpu(start, scenario, log: Log, line: str) -> None:
+    scenario.set([h100(0), h100(1)])
+    _, out = start()
+    log.add(line)
+    out.wait(lambda o: ("gpu", "Xid79") in o.active())
+    assert out.active()[("gpu", "Xid79")] is Severity.CRITICAL
+    assert out.value("node_health_gpu_xid_errors_total", gpu="unknown", xid="79") == 1
+    assert not any(subject.startswith("gpu0") or subject.startswith("gpu1") for subject, _ in out.active())
+
+
 def test_nvidia_lines_a_process_wrote_are_counted_and_logged_once_never_findings(start, scenario, log: Log, caplog) -> None:
     """What a process writes to /dev/kmsg reads back with a facility other than
     kern: a plain write as 12 (user.warning), <0> as 8, <30> as 30 (daemon)."""

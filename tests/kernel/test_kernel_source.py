@@ -118,6 +118,7 @@ def test_kernel_records_raise_findings_and_a_process_record_does_not(kernel, log
     src, out = kernel()
     out.wait(lambda o: o.value("node_health_kernel_faults_not_kernel_total") == 1 and faults(o, "mlx5_fatal") == 1)
     assert out.active() == {("hung_task", "KernelHungTask"): Severity.WARNING, ("mlx5_fatal", "Mlx5Fatal"): Severity.CRITICAL}
+    assert {f.subject: f.action for f in out.findings} == {"hung_task": "none", "mlx5_fatal": "reboot"}
     assert faults(out, "soft_lockup") == 0 and out.value("node_health_kernel_log_up") == 1
     log.add(LOCKUP, prio=0)  # the kernel's own: now it is one
     out.wait(lambda o: ("soft_lockup", "KernelSoftLockup") in o.active())
@@ -192,10 +193,10 @@ def test_one_reader_serves_the_xid_follower_and_the_fault_table(xid, kernel, log
 
 def test_operator_pattern_from_the_config_raises_its_own_severity(kernel, log: Log) -> None:
     log.add("nvidia-modeset: ERROR: GPU:0: Idling display engine timed out", prio=3)
-    src, out = kernel('[checks.kernel.patterns.display_idle]\npattern = "nvidia-modeset: ERROR: GPU:\\\\d+: Idling"\nseverity = "critical"\n')
+    src, out = kernel('[checks.kernel.patterns.display_idle]\npattern = "nvidia-modeset: ERROR: GPU:\\\\d+: Idling"\nseverity = "critical"\naction = "reboot"\n')
     out.wait(lambda o: faults(o, "display_idle") == 1)
     [f] = out.findings
-    assert (f.subject, f.reason, f.severity) == ("display_idle", "KernelLogPattern", Severity.CRITICAL)
+    assert (f.subject, f.reason, f.severity, f.action) == ("display_idle", "KernelLogPattern", Severity.CRITICAL, "reboot")
 
 
 def test_selftest_scans_the_log_once(host, tmp_path: Path, log: Log) -> None:  # type: ignore[no-untyped-def]

@@ -137,6 +137,27 @@ REAL = [
     pytest.param("<4>NVRM: Xid (PCI:0000:3b:00): 48, An uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer at physAddr 0x1f0000000 partition 3, subpartition 1.",
                  ("xid", 48, "0000:3b:00", "", "", "", "An uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer at physAddr 0x1f0000000 partition 3, subpartition 1.", 0, ""),
                  id="48 with printk level"),
+    # Logs pasted into bug reports and tickets are scrubbed: the Xid counts, for an unknown device (issue 13 item 6).
+    pytest.param("[Tue Nov 25 10:00:01 2026] NVRM: Xid (PCI:XXXX:XX:XX): 79, pid=1234, name=python3, GPU has fallen off the bus.",
+                 ("xid", 79, "", "1234", "python3", "", "GPU has fallen off the bus.", 0, "Tue Nov 25 10:00:01 2026"),
+                 id="79 address redacted with X"),
+    pytest.param("Nov 25 10:00:01 gpu-node-17 kernel: NVRM: Xid (<redacted>): 48, An uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer at physAddr 0x1f0000000 partition 3, subpartition 1.",
+                 ("xid", 48, "", "", "", "", "An uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer at physAddr 0x1f0000000 partition 3, subpartition 1.", 0, ""),
+                 id="48 address replaced by <redacted>, journalctl -k"),
+    pytest.param("[  812.100000] NVRM: Xid: 79, pid=2231, name=python3, GPU has fallen off the bus.",
+                 ("xid", 79, "", "2231", "python3", "", "GPU has fallen off the bus.", 0, "812.100000"),
+                 id="79 with the parenthesis cut out"),
+    pytest.param("4,811,5000000,-;NVRM: Xid (PCI:****:**:**): 119, pid=7, name=x, Timeout after 6s of waiting for RPC response from GPU1 GSP!",
+                 ("xid", 119, "", "7", "x", "", "Timeout after 6s of waiting for RPC response from GPU1 GSP!", 0, "5.000000"),
+                 id="119 address starred, raw kmsg record"),
+    pytest.param("[ 3.1] NVRM: Xid (PCI:XXXX:XX:XX GPU-I:05 GPU-CI:01): 94, pid=7194, Contained: CE User Channel (0x9). RST: No, D-RST: No",
+                 ("xid", 94, "", "7194", "", "GPU-I:05 GPU-CI:01", "Contained: CE User Channel (0x9). RST: No, D-RST: No", 0, "3.1"),
+                 id="94 MIG, address redacted, instance kept"),
+    pytest.param("[ 3.1] NVRM: Xid (redacted gpu): 13, pid=1, name=x, Graphics Exception",
+                 ("xid", 13, "", "1", "x", "", "Graphics Exception", 0, "3.1"),
+                 id="13 free text for an address"),
+    pytest.param("[  10.0] NVRM: Xid (PCI:zz:3b:00): 79, bad pci", ("xid", 79, "", "", "", "", "bad pci", 0, "10.0"),
+                 id="79 address not hex: an unknown device, not a non-event"),
 ]
 
 NEAR_MISSES = [
@@ -144,7 +165,6 @@ NEAR_MISSES = [
     pytest.param("[  10.0] nvidia-peermem nv_get_p2p_free_callback:127 ERROR detected invalid context, skipping further processing", id="nvidia line without NVRM"),
     pytest.param("[  10.0] NVRM: Xid (PCI:0000:3b:00): abc, GPU has fallen off the bus.", id="Xid number not a number"),
     pytest.param("[  10.0] NVRM: Xid (PCI:0000:3b:00) 79, no colon", id="no colon after the parenthesis"),
-    pytest.param("[  10.0] NVRM: Xid (PCI:zz:3b:00): 79, bad pci", id="PCI not hex"),
     pytest.param("[  10.0] NVRM: Xid (PCI:0000:3b:00): 79x, trailing garbage", id="number followed by garbage"),
     pytest.param("[  10.0] NVRM: Xid (PCI:0000:3b:00: 79, unclosed", id="unclosed parenthesis"),
     pytest.param("[  10.0] NVRM: Xid (PCI:0000:3b:00): 99999999999999999999999, too big", id="Xid past u64"),
@@ -152,6 +172,11 @@ NEAR_MISSES = [
     pytest.param("[  10.0] NVRM: GPU6 _kgspIsHeartbeatTimedOut: Heartbeat timed out", id="GSP health line"),
     pytest.param("[  10.0] nvidia-nvswitch3: Probing device 0000:04:00.0", id="nvswitch line without SXid"),
     pytest.param("[  10.0] nvidia-nvswitchX: SXid (PCI:0000:04:00.0): 1, Fatal", id="SXid with a non-numeric switch"),
+    pytest.param("[  10.0] nvidia-nvswitch3: SXid (PCI:XXXX:XX:XX.X): 12028, Non-fatal", id="SXid with a redacted address"),
+    pytest.param("[  10.0] NVRM: Xid: abc, GPU has fallen off the bus.", id="bare Xid, number not a number"),
+    pytest.param("[  10.0] NVRM: Xid:79, no space", id="bare Xid without the space"),
+    pytest.param("[  10.0] NVRM: Xid (<redacted>) 79, no colon", id="redacted, no colon after the parenthesis"),
+    pytest.param("[  10.0] NVRM: Xid (<redacted>): 79x, garbage", id="redacted, number followed by garbage"),
 ]
 
 

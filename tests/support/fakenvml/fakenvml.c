@@ -11,6 +11,9 @@
  *   <i>.lost 1                  every call on GPU i returns GPU_IS_LOST (15)
  *   <i>.<field> <value>         a field of GPU i (see the functions below for names)
  *   <i>.<field> NS | LOST | ERR <code>
+ *   <i>.procs <pid>:<bytes> ...  compute processes on GPU i (absent: none; NS | LOST | ERR <code>)
+ *   <i>.gprocs <pid>:<bytes> ... graphics processes on GPU i (the same forms)
+ *   <i>.mig <uuid> ...          MIG mode on, with these MIG devices (absent: no MIG support)
  *   events <code>               nvmlDeviceRegisterEvents returns <code> (3 NOT_SUPPORTED)
  *   event.<id> <gpu> <type> <data>   an event, delivered once to every event set
  *                                    (ids increase; type 8 = XidCriticalError)
@@ -34,8 +37,10 @@ enum { OK = 0, ERR_INVALID_ARGUMENT = 2, ERR_NOT_SUPPORTED = 3, ERR_NOT_FOUND = 
 #define MAX_GPUS 64
 #define MAX_LINES 4096
 
-struct device { unsigned index; };
+#define MAX_MIGS 7
+struct device { unsigned index; unsigned mig; /* 0: the GPU itself, else MIG slot + 1 */ };
 static struct device devices[MAX_GPUS];
+static struct device mig_devices[MAX_GPUS][MAX_MIGS];
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static char *keys[MAX_LINES], *vals[MAX_LINES];
@@ -195,7 +200,17 @@ static nvmlReturn_t copy_field(struct device *d, const char *fn, const char *nam
     return OK;
 }
 nvmlReturn_t nvmlDeviceGetName(struct device *d, char *buf, unsigned len) { return copy_field(d, "nvmlDeviceGetName", "name", buf, len); }
-nvmlReturn_t nvmlDeviceGetUUID(struct device *d, char *buf, unsigned len) { return copy_field(d, "nvmlDeviceGetUUID", "uuid", buf, len); }
+static int mig_uuid(unsigned gpu, unsigned slot, char *out, size_t cap);
+nvmlReturn_t nvmlDeviceGetUUID(struct device *d, char *buf, unsigned len) {
+    if (d >= &mig_devices[0][0] && d < &mig_devices[0][0] + MAX_GPUS * MAX_MIGS) {
+        char v[96];
+        if (!mig_uuid(d->index, d->mig - 1, v, sizeof v)) return ERR_INVALID_ARGUMENT;
+        if (strlen(v) + 1 > len) return ERR_INSUFFICIENT_SIZE;
+        strcpy(buf, v);
+        return OK;
+    }
+    return copy_field(d, "nvmlDeviceGetUUID", "uuid", buf, len);
+}
 nvmlReturn_t nvmlDeviceGetSerial(struct device *d, char *buf, unsigned len) { return copy_field(d, "nvmlDeviceGetSerial", "serial", buf, len); }
 
 struct pci_info_v3 {
@@ -293,6 +308,80 @@ nvmlReturn_t nvmlDeviceGetNvLinkErrorCounter(struct device *d, unsigned link, in
     rc = field_u64(d, "nvmlDeviceGetNvLinkErrorCounter", name, v);
     if (rc == ERR_NOT_SUPPORTED) *v = 0, rc = OK;
     return rc;
+}
+
+/* ------------------------------------------------------------------ processes and MIG */
+
+typedef struct { unsigned pid; unsigned long long usedGpuMemory; unsigned gpuInstanceId, computeInstanceId; } process_info_t;
+
+/* "<pid>:<bytes> ..." of key <i>.<name>; absent is an empty list. */
+static nvmlReturn_t processes(struct device *d, const char *fn, const char *name, unsigned *count, process_info_t *out) {
+    char key[64], v[2048];
+    maybe_hang(fn);
+    nvmlReturn_t rc = check_dev(d);
+    if (rc != OK) return rc;
+    snprintf(key, sizeof key, "%u.%s", d->index, name);
+    if (!get(key, v, sizeof v)) v[0] = 0;
+    if (strcmp(v, "NS") == 0) return ERR_NOT_SUPPORTED;
+    if (strcmp(v, "LOST") == 0) return ERR_GPU_IS_LOST;
+    if (strncmp(v, "ERR ", 4) == 0) return atoi(v + 4);
+    unsigned n = 0, cap = *count;
+    char *save = NULL;
+    for (char *tok = strtok_r(v, " \t", &save); tok; tok = strtok_r(NULL, " \t", &save), n++) {
+        if (out && n < cap) {
+            out[n].pid = (unsigned)strtoul(tok, NULL, 10);
+            char *colon = strchr(tok, ':');
+            out[n].usedGpuMemory = colon ? strtoull(colon + 1, NULL, 0) : ~0ull;
+            out[n].gpuInstanceId = out[n].computeInstanceId = 0xFFFFFFFFu;
+        }
+    }
+    *count = n;
+    if (n == 0) return OK;
+    return (out == NULL || cap < n) ? ERR_INSUFFICIENT_SIZE : OK;
+}
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(struct device *d, unsigned *count, process_info_t *infos) {
+    return processes(d, "nvmlDeviceGetComputeRunningProcesses_v3", "procs", count, infos);
+}
+nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(struct device *d, unsigned *count, process_info_t *infos) {
+    return processes(d, "nvmlDeviceGetGraphicsRunningProcesses_v3", "gprocs", count, infos);
+}
+
+/* The slot-th MIG uuid of GPU gpu; 1 if there is one. */
+static int mig_uuid(unsigned gpu, unsigned slot, char *out, size_t cap) {
+    char key[64], v[1024];
+    snprintf(key, sizeof key, "%u.mig", gpu);
+    if (!get(key, v, sizeof v)) return 0;
+    unsigned n = 0;
+    char *save = NULL;
+    for (char *tok = strtok_r(v, " \t", &save); tok; tok = strtok_r(NULL, " \t", &save), n++)
+        if (n == slot) return snprintf(out, cap, "%s", tok), 1;
+    return 0;
+}
+nvmlReturn_t nvmlDeviceGetMigMode(struct device *d, unsigned *current, unsigned *pending) {
+    char key[64], v[1024];
+    nvmlReturn_t rc = check_dev(d);
+    if (rc != OK) return rc;
+    snprintf(key, sizeof key, "%u.mig", d->index);
+    if (!get(key, v, sizeof v)) return ERR_NOT_SUPPORTED;
+    *current = *pending = 1;
+    return OK;
+}
+nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(struct device *d, unsigned *count) {
+    unsigned current = 0, pending = 0;
+    nvmlReturn_t rc = nvmlDeviceGetMigMode(d, &current, &pending);
+    if (rc == OK) *count = MAX_MIGS;
+    return rc;
+}
+nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(struct device *d, unsigned slot, struct device **mig) {
+    char v[96];
+    nvmlReturn_t rc = check_dev(d);
+    if (rc != OK) return rc;
+    if (slot >= MAX_MIGS) return ERR_INVALID_ARGUMENT;
+    if (!mig_uuid(d->index, slot, v, sizeof v)) return ERR_NOT_FOUND;
+    mig_devices[d->index][slot].index = d->index;
+    mig_devices[d->index][slot].mig = slot + 1;
+    *mig = &mig_devices[d->index][slot];
+    return OK;
 }
 
 /* ------------------------------------------------------------------ field values */
