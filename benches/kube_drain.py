@@ -124,25 +124,13 @@ class Agent:
 
 
 def make_remediation(i: int, fake: Any, clock: VirtualClock, cfg: Any) -> Any:
-    from kubernetes import client
-
-    from agent.kube.api import KubeApi, Stats
-    from agent.kube.ratelimit import Gate
     from agent.kube.remediate import KubeRemediation
+    from kube_fleet import in_process_api
 
-    conf = client.Configuration()
-    conf.host = "http://fake-apiserver"
-    conf.api_key = {"BearerToken": fake.token}
-    conf.api_key_prefix = {"BearerToken": "Bearer"}
-    conf.retries = False
-    api_client = client.ApiClient(conf)
-    api_client.rest_client.pool_manager = fake.pool()
-    rng = random.Random(i)
-    gate = Gate(qps=cfg.qps, burst=cfg.burst, backoff_max=cfg.backoff_max, now=clock(), rng=rng)
-    api = KubeApi(api_client, gate=gate, clock=clock, stats=Stats(), timeout=cfg.request_timeout)
     name = f"node-{i:05d}"
-    return KubeRemediation(api, name, fake.node(name)["metadata"]["uid"], cfg, namespace="node-health",
-                           wall=lambda: 1.8e9 + clock.t, rng=rng)
+    rng = random.Random(i)
+    return KubeRemediation(in_process_api(fake, clock, cfg, rng), name, fake.node(name)["metadata"]["uid"], cfg,
+                           namespace="node-health", wall=lambda: 1.8e9 + clock.t, rng=rng)
 
 
 def populate_fleet(fake: Any, nodes: int, ready_after: float) -> None:
@@ -216,11 +204,7 @@ def step(a: Agent, t: float, reboot: float) -> float:
 
 
 def summarize(fake: Any, nodes: int, budget: int, done_at: float, wall: float) -> dict[str, Any]:
-    held = peak = 0
-    for r in fake.requests:
-        if f"/namespaces/{DISRUPTION_NS}/leases" in r.path and r.status < 300:
-            held += {"create": 1, "delete": -1}.get(r.verb, 0)
-            peak = max(peak, held)
+    peak = fake.leases_held_peak(DISRUPTION_NS)
     evictions = [r for r in fake.requests if r.path.endswith("/eviction")]
     per_s = collections.Counter(int(r.t) for r in evictions if r.status == 201)
     per_s_all = collections.Counter(int(r.t) for r in fake.requests)
