@@ -2,7 +2,10 @@
 
   1. the native vs the Python Xid parser on 100,000 kernel log lines;
   2. the CPU cost of one NVML poll of 8 GPUs (the fake libnvidia-ml.so.1);
-  3. the latency from an Xid line appended to the followed log to the finding.
+  3. the CPU cost of one telemetry poll of 8 GPUs (goal ≤ 10 ms);
+  4. the latency from an Xid line appended to the followed log to the finding;
+  5. /metrics latency of `agent run` with 8 fake GPUs, before and while every
+     NVML field-values call hangs (goal: the p99 does not move).
 
 Run: ``python benches/bench_gpu.py`` (needs gcc for the fake NVML). Timings
 on a shared machine are noisy: medians and ratios, not single runs.
@@ -20,6 +23,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))  # conftest
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "support"))
+sys.path.insert(0, os.path.dirname(__file__))  # _agent
 
 from fakenvml import Scenario, build, h100  # noqa: E402
 
@@ -97,6 +101,62 @@ def bench_poll(tmp: str, lib: str) -> None:
           f"CPU {statistics.median(cpu) * 1e3:.1f} ms, wall {statistics.median(wall) * 1e3:.1f} ms (median of 30)")
 
 
+def bench_telemetry(tmp: str, lib: str) -> None:
+    from agent.checks.gpu_telemetry import GpuTelemetryCheck
+
+    Scenario(os.environ["FAKE_NVML_SCENARIO"]).set([h100(i) for i in range(8)])
+    ctx, _ = context(tmp, lib, "xid_events = false\n")
+    check = GpuTelemetryCheck(ctx, ctx.config.checks["gpu_telemetry"])  # type: ignore[attr-defined]
+    check.run()  # the first poll counts NVLinks and takes the first GPM sample
+    cpu, wall = [], []
+    for _ in range(50):
+        c0, w0 = time.process_time(), time.perf_counter()
+        obs = check.run()
+        cpu.append(time.process_time() - c0)
+        wall.append(time.perf_counter() - w0)
+    assert not obs.findings, obs.findings
+    print(f"telemetry poll of 8 GPUs (18 NVLinks each, GPM, {len(obs.samples)} samples): "
+          f"CPU {statistics.median(cpu) * 1e3:.1f} ms (min {min(cpu) * 1e3:.1f}), wall {statistics.median(wall) * 1e3:.1f} ms (median of 50)")
+
+
+def bench_scrape_during_hang(tmp: str, lib: str, scrapes: int) -> None:
+    from _agent import running_agent
+
+    scenario = Scenario(os.environ["FAKE_NVML_SCENARIO"]).set([h100(i) for i in range(8)])
+    config = os.path.join(tmp, "hang.toml")
+    with open(config, "w") as fh:
+        fh.write(f'[checks.gpu]\ninterval = "2s"\nnvml_library = "{lib}"\nxid_events = false\n'
+                 '[checks.gpu_telemetry]\ninterval = "1s"\ncall_timeout = "500ms"\n[checks.traffic]\nenabled = false\n')
+
+    def scrape_times(agent, n: int) -> list[float]:  # type: ignore[no-untyped-def]
+        out = []
+        for _ in range(n):
+            t0 = time.perf_counter()
+            code, _ = agent.get("/metrics")
+            out.append(time.perf_counter() - t0)
+            assert code == 200
+            time.sleep(0.01)
+        return sorted(out)
+
+    def until(agent, text: bytes) -> None:  # type: ignore[no-untyped-def]
+        deadline = time.monotonic() + 60
+        while text not in agent.get("/metrics")[1]:
+            assert time.monotonic() < deadline, text
+            time.sleep(0.2)
+
+    with running_agent(config) as agent:
+        until(agent, b'node_health_gpu_power_watts{gpu="7"}')
+        before = scrape_times(agent, scrapes)
+        scenario.set(**{"hang.nvmlDeviceGetFieldValues": 600})
+        until(agent, b'node_health_gpu_telemetry_up{gpu="7"} 0.0')
+        during = scrape_times(agent, scrapes)
+        hung = b'node_health_gpu_telemetry_up{gpu="7"} 0.0' in agent.get("/metrics")[1]
+    for name, lat in (("before the hang", before), ("while NVML hangs", during)):
+        print(f"/metrics with 8 fake GPUs, {name}: median {statistics.median(lat) * 1e3:.1f} ms, "
+              f"p99 {lat[int(len(lat) * 0.99) - 1] * 1e3:.1f} ms, max {lat[-1] * 1e3:.1f} ms ({len(lat)} scrapes)")
+    print(f"  telemetry still hung after the scrapes: {hung}")
+
+
 def bench_latency(tmp: str, lib: str) -> None:
     from agent.gpu.xid_source import XidSource
 
@@ -131,13 +191,20 @@ def bench_latency(tmp: str, lib: str) -> None:
 
 
 def main() -> None:
-    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
-    bench_parser()
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--only", choices=("parser", "poll", "telemetry", "latency", "hang"), help="run one benchmark")
+    ap.add_argument("--scrapes", type=int, default=300, help="scrapes before and during the hang (default 300)")
+    args = ap.parse_args()
+    if args.only in (None, "parser"):
+        bench_parser()
     with tempfile.TemporaryDirectory() as tmp:
         lib = build(tmp)
         os.environ["FAKE_NVML_SCENARIO"] = os.path.join(tmp, "scenario.txt")
-        bench_poll(tmp, lib)
-        bench_latency(tmp, lib)
+        for name, fn in (("poll", bench_poll), ("telemetry", bench_telemetry), ("latency", bench_latency)):
+            if args.only in (None, name):
+                fn(tmp, lib)
+        if args.only in (None, "hang"):
+            bench_scrape_during_hang(tmp, lib, args.scrapes)
 
 
 if __name__ == "__main__":

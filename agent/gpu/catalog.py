@@ -107,3 +107,39 @@ REASONS: tuple[Reason, ...] = (
 )
 
 CATALOG = Catalog.declare(REASONS, METRICS)
+
+# The telemetry check (gpu_telemetry): what dcgm-exporter users read, in base units.
+# A series is absent where the GPU or driver lacks it, never 0.
+TELEMETRY_METRICS: tuple[MetricSpec, ...] = (
+    MetricSpec("node_health_gpu_telemetry_up", "gauge", "1 if the GPU's last telemetry poll answered, 0 if it hung, failed or the GPU is lost.", G),
+    MetricSpec("node_health_gpu_power_watts", "gauge", "Board power draw (NVML instantaneous power).", G),
+    MetricSpec("node_health_gpu_power_limit_watts", "gauge", "The power limit the GPU enforces now.", G),
+    MetricSpec("node_health_gpu_energy_joules_total", "counter", "Energy used since the driver was loaded.", G),
+    MetricSpec("node_health_gpu_clock_hertz", "gauge", "Current clock (sm, memory).", ("gpu", "clock")),
+    MetricSpec("node_health_gpu_utilization_ratio", "gauge", "Share of the last sample period (1/6 s to 1 s) in which a kernel ran on the GPU.", G),
+    MetricSpec("node_health_gpu_memory_utilization_ratio", "gauge", "Share of the last sample period in which device memory was read or written.", G),
+    MetricSpec("node_health_gpu_codec_utilization_ratio", "gauge", "Video encoder and decoder utilisation.", ("gpu", "engine")),
+    MetricSpec("node_health_gpu_memory_total_bytes", "gauge", "Framebuffer memory in total.", G),
+    MetricSpec("node_health_gpu_memory_used_bytes", "gauge", "Framebuffer memory allocated (not counting reserved, from driver 510).", G),
+    MetricSpec("node_health_gpu_memory_free_bytes", "gauge", "Framebuffer memory free.", G),
+    MetricSpec("node_health_gpu_memory_reserved_bytes", "gauge", "Framebuffer memory reserved by the driver and firmware.", G),
+    MetricSpec("node_health_gpu_memory_temperature_celsius", "gauge", "HBM / memory temperature.", G),
+    MetricSpec("node_health_gpu_performance_state", "gauge", "Performance state: 0 (P0, highest) to 15 (P15, lowest).", G),
+    MetricSpec("node_health_gpu_pcie_bytes_total", "counter", "PCIe bytes transmitted and received by the GPU (can wrap).", ("gpu", "direction")),
+    MetricSpec(
+        "node_health_gpu_pcie_throughput_bytes_per_second", "gauge",
+        "PCIe throughput over NVML's last 20 ms sample, where the driver has no PCIe byte counters.", ("gpu", "direction"),
+    ),
+    MetricSpec("node_health_gpu_pcie_replay_total", "counter", "PCIe replays (link-level retransmissions) since the driver was loaded.", G),
+    MetricSpec("node_health_gpu_nvlink_bytes_total", "counter", "NVLink data bytes per link, transmitted and received.", ("gpu", "link", "direction")),
+    MetricSpec("node_health_gpu_clock_event_seconds_total", "counter", "Time the clocks were held down, per reason (NVML violation counters).", ("gpu", "reason")),
+    MetricSpec("node_health_gpu_graphics_engine_activity_ratio", "gauge", "GPM: share of time a graphics or compute engine was active (Hopper and later).", G),
+    MetricSpec("node_health_gpu_sm_activity_ratio", "gauge", "GPM: share of SMs busy, averaged over the telemetry interval.", G),
+    MetricSpec("node_health_gpu_sm_occupancy_ratio", "gauge", "GPM: resident warps per SM against the maximum.", G),
+    MetricSpec("node_health_gpu_tensor_activity_ratio", "gauge", "GPM: share of time the SMs ran any tensor-core operation.", G),
+    MetricSpec("node_health_gpu_dram_bandwidth_utilization_ratio", "gauge", "GPM: DRAM bandwidth used against the maximum.", G),
+)
+
+TELEMETRY_REASONS: tuple[Reason, ...] = tuple(r for r in REASONS if r.name in ("NvmlCallHung", "NvmlError"))
+
+TELEMETRY_CATALOG = Catalog.declare(TELEMETRY_REASONS, TELEMETRY_METRICS)

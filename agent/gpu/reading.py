@@ -204,5 +204,4 @@ class Reader:
             else:
                 r.unsupported.append(f"field{field_id}")
             return None
-        kind = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")[min(int(v.valueType), 6)]
-        return int(getattr(v.value, kind))
+        return int(nvml.field_value(v))

@@ -67,6 +67,18 @@ def nvml_library(paths: HostPaths, cfg: GpuConfig) -> str:
     return ""
 
 
+@dataclass(frozen=True)
+class TelemetryConfig(CheckConfig):
+    """The ``[checks.gpu_telemetry]`` section; NVML is found as ``[checks.gpu]`` says."""
+
+    interval: float = opt(10.0, "Time between telemetry polls (power, clocks, utilisation, memory, PCIe, NVLink, GPM).", duration=True, min=1)
+    timeout: float = opt(30.0, "A poll longer than this is reported as CheckTimeout.", duration=True, min=0.1)
+    call_timeout: float = opt(
+        3.0, "NVML calls for one GPU longer than this: its telemetry is absent (NvmlCallHung) until they return.", duration=True, min=0.1
+    )
+    gpm: bool = opt(True, "Profiling ratios through NVML GPM where the GPU has it (Hopper and later); coexists with DCGM profiling.")
+
+
 def _host_path_or_empty(value: str) -> str | None:
     return None if not value or value.startswith("/") else "expected an absolute host path or an empty string"
 

@@ -14,12 +14,11 @@ must match exactly those families.
 from __future__ import annotations
 
 import re
-import subprocess
 from pathlib import Path
 from types import MappingProxyType
 
 import pytest
-from conftest import require_tool
+from promql import promtool_lint
 
 from agent.findings import Sample
 from agent.metrics import TextRenderer
@@ -32,15 +31,6 @@ OVERLAP_DOC = ROOT / "docs" / "metrics.md"
 # node_exporter's label names for the things both label (collector/netdev_*.go,
 # collector/netclass_linux.go, collector/filesystem_common.go).
 NODE_EXPORTER_LABELS = {"device", "mountpoint"}
-
-
-def promtool_lint(text: str) -> str:
-    """What `promtool check metrics` says about an exposition: '' when clean."""
-    promtool = require_tool("promtool")
-    res = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=60)
-    said = (res.stdout + res.stderr).strip()
-    assert res.returncode == 0 or said, f"promtool exited {res.returncode} without saying why"
-    return said
 
 
 def every_family() -> str:

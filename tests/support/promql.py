@@ -49,3 +49,12 @@ def promtool_parses(exprs: Iterable[str], tmp: Path) -> None:
     path.write_text(yaml.safe_dump({"groups": [{"name": "expressions", "rules": rules}]}))
     res = subprocess.run([promtool, "check", "rules", str(path)], capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stdout + res.stderr
+
+
+def promtool_lint(text: str) -> str:
+    """What `promtool check metrics` says about an exposition: '' when clean."""
+    promtool = require_tool("promtool")
+    res = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=60)
+    said = (res.stdout + res.stderr).strip()
+    assert res.returncode == 0 or said, f"promtool exited {res.returncode} without saying why"
+    return said

@@ -51,9 +51,40 @@ def h100(index: int, **extra: object) -> dict[str, object]:
         "pcie.width_max": 16,
         "nvlink.links": 18,
         "field.230": 0,
+        **H100_TELEMETRY,
     }
     fields.update(extra)
     return fields
+
+
+# What an H100 SXM answers for telemetry (driver 570+): field values, the
+# calls without a field, and GPM. Raw NVML units: mW, mJ, ns, KiB, MHz, %.
+H100_TELEMETRY: dict[str, object] = {
+    "field.186": 312_000,  # NVML_FI_DEV_POWER_INSTANT, mW
+    "field.190": 700_000,  # NVML_FI_DEV_POWER_CURRENT_LIMIT, mW
+    "field.83": 1_234_567_000,  # NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION, mJ
+    "field.82": 48,  # NVML_FI_DEV_MEMORY_TEMP, C
+    "field.94": 0,  # NVML_FI_DEV_PCIE_REPLAY_COUNTER
+    "field.197": 9_000_000,  # NVML_FI_DEV_PCIE_COUNT_TX_BYTES
+    "field.198": 5_000_000,  # NVML_FI_DEV_PCIE_COUNT_RX_BYTES
+    **{f"field.{fid}": 0 for fid in (74, 75, 76, 77, 78, 79, 269, 270, 271)},  # clock event (violation) time, ns
+    "field.91": 18,  # NVML_FI_DEV_NVLINK_LINK_COUNT
+    "field.138": 2048,  # NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, KiB, every link
+    "field.139": 1024,  # ..._DATA_RX
+    "clock.sm": 1980,
+    "clock.mem": 2619,
+    "util": "87 41",  # gpu %, memory %
+    "util.enc": 0,
+    "util.dec": 0,
+    "memory": f"{81559 << 20} {527 << 20} {60000 << 20} {21032 << 20}",  # total reserved free used
+    "pstate": 0,
+    "gpm": 1,
+    "gpm.1": 90.0,  # NVML_GPM_METRIC_GRAPHICS_UTIL
+    "gpm.2": 71.5,  # NVML_GPM_METRIC_SM_UTIL
+    "gpm.3": 33.0,  # NVML_GPM_METRIC_SM_OCCUPANCY
+    "gpm.5": 52.25,  # NVML_GPM_METRIC_ANY_TENSOR_UTIL
+    "gpm.10": 64.0,  # NVML_GPM_METRIC_DRAM_BW_UTIL
+}
 
 
 def consumer(index: int, **extra: object) -> dict[str, object]:

@@ -8,9 +8,13 @@
  *   init <code>                 nvmlInitWithFlags returns <code> (e.g. 9 DRIVER_NOT_LOADED)
  *   count <n>                   number of GPUs
  *   hang.<function> <seconds>   that function sleeps first (a call stuck in the driver)
+ *   missing.<function> 1        that function answers FUNCTION_NOT_FOUND, as an older driver's would
  *   <i>.lost 1                  every call on GPU i returns GPU_IS_LOST (15)
  *   <i>.<field> <value>         a field of GPU i (see the functions below for names)
  *   <i>.<field> NS | LOST | ERR <code>
+ *   <i>.field.<id>[@<scope>] <value>   a field value (nvmlDeviceGetFieldValues); "@<scope>" names
+ *                               one NVLink (scopeId), else the value holds for every scope
+ *   <i>.gpm 1                   GPM supported; <i>.gpm.<metric id> <percent> one GPM metric
  *   <i>.procs <pid>:<bytes> ...  compute processes on GPU i (absent: none; NS | LOST | ERR <code>)
  *   <i>.gprocs <pid>:<bytes> ... graphics processes on GPU i (the same forms)
  *   <i>.mig <uuid> ...          MIG mode on, with these MIG devices (absent: no MIG support)
@@ -33,7 +37,7 @@
 
 typedef int nvmlReturn_t;
 enum { OK = 0, ERR_INVALID_ARGUMENT = 2, ERR_NOT_SUPPORTED = 3, ERR_NOT_FOUND = 6, ERR_INSUFFICIENT_SIZE = 7,
-       ERR_TIMEOUT = 10, ERR_GPU_IS_LOST = 15 };
+       ERR_TIMEOUT = 10, ERR_FUNCTION_NOT_FOUND = 13, ERR_GPU_IS_LOST = 15 };
 #define MAX_GPUS 64
 #define MAX_LINES 4096
 
@@ -48,6 +52,32 @@ static int nlines;
 static struct timespec loaded_mtime;
 static off_t loaded_size = -1;
 
+/* An index of the scenario's keys (open addressing; a later line wins), so a
+ * lookup costs the same however many GPUs and fields the scenario holds. */
+#define INDEX_SIZE (2 * MAX_LINES)
+static int slots[INDEX_SIZE]; /* line number + 1; 0 = empty */
+
+static unsigned hash_key(const char *k) {
+    unsigned h = 2166136261u;
+    while (*k) h = (h ^ (unsigned char)*k++) * 16777619u;
+    return h;
+}
+
+static void index_locked(void) {
+    memset(slots, 0, sizeof slots);
+    for (int i = 0; i < nlines; i++) {
+        unsigned at = hash_key(keys[i]) % INDEX_SIZE;
+        while (slots[at] && strcmp(keys[slots[at] - 1], keys[i]) != 0) at = (at + 1) % INDEX_SIZE;
+        slots[at] = i + 1;
+    }
+}
+
+static const char *lookup_locked(const char *key) {
+    for (unsigned at = hash_key(key) % INDEX_SIZE; slots[at]; at = (at + 1) % INDEX_SIZE)
+        if (strcmp(keys[slots[at] - 1], key) == 0) return vals[slots[at] - 1];
+    return NULL;
+}
+
 static void reload_locked(void) {
     const char *path = getenv("FAKE_NVML_SCENARIO");
     struct stat st;
@@ -55,6 +85,7 @@ static void reload_locked(void) {
         for (int i = 0; i < nlines; i++) free(keys[i]);
         nlines = 0;
         loaded_size = -1;
+        index_locked();
         return;
     }
     if (st.st_size == loaded_size && st.st_mtim.tv_sec == loaded_mtime.tv_sec &&
@@ -84,21 +115,17 @@ static void reload_locked(void) {
     fclose(f);
     loaded_size = st.st_size;
     loaded_mtime = st.st_mtim;
+    index_locked();
 }
 
 /* Copies the value of `key` into out; 1 if present. */
 static int get(const char *key, char *out, size_t cap) {
     pthread_mutex_lock(&mu);
     reload_locked();
-    int found = 0;
-    for (int i = nlines - 1; i >= 0 && !found; i--) {
-        if (strcmp(keys[i], key) == 0) {
-            snprintf(out, cap, "%s", vals[i]);
-            found = 1;
-        }
-    }
+    const char *v = lookup_locked(key);
+    if (v) snprintf(out, cap, "%s", v);
     pthread_mutex_unlock(&mu);
-    return found;
+    return v != NULL;
 }
 
 static void maybe_hang(const char *fn) {
@@ -109,6 +136,13 @@ static void maybe_hang(const char *fn) {
         struct timespec ts = {(time_t)s, (long)((s - (time_t)s) * 1e9)};
         nanosleep(&ts, NULL);
     }
+}
+
+/* An older driver: pynvml raises FunctionNotFound as when the symbol is absent. */
+static int missing(const char *fn) {
+    char key[128], v[16];
+    snprintf(key, sizeof key, "missing.%s", fn);
+    return get(key, v, sizeof v) && atoi(v) == 1;
 }
 
 static int gpu_count(void) {
@@ -394,18 +428,39 @@ typedef struct {
     union { double d; unsigned ui; unsigned long ul; unsigned long long ull; long long sll; int si; unsigned short us; } value;
 } field_value_t;
 
+/* One field: "<i>.field.<id>@<scope>", else "<i>.field.<id>"; NS | LOST | ERR <code> as for any field. */
+static nvmlReturn_t field_value_locked(unsigned gpu, field_value_t *fv) {
+    char key[64];
+    snprintf(key, sizeof key, "%u.field.%u@%u", gpu, fv->fieldId, fv->scopeId);
+    const char *v = lookup_locked(key);
+    if (!v) {
+        snprintf(key, sizeof key, "%u.field.%u", gpu, fv->fieldId);
+        v = lookup_locked(key);
+    }
+    fv->valueType = 3; /* unsigned long long */
+    fv->value.ull = 0;
+    if (!v || strcmp(v, "NS") == 0) return ERR_NOT_SUPPORTED;
+    if (strcmp(v, "LOST") == 0) return ERR_GPU_IS_LOST;
+    if (strncmp(v, "ERR ", 4) == 0) return atoi(v + 4);
+    fv->value.ull = strtoull(v, NULL, 0);
+    return OK;
+}
+
 nvmlReturn_t nvmlDeviceGetFieldValues(struct device *d, int n, field_value_t *values) {
     maybe_hang("nvmlDeviceGetFieldValues");
+    if (missing("nvmlDeviceGetFieldValues")) return ERR_FUNCTION_NOT_FOUND;
     nvmlReturn_t rc = check_dev(d);
     if (rc != OK) return rc;
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    pthread_mutex_lock(&mu);
+    reload_locked(); /* once per call, as the driver answers all fields of one call together */
     for (int i = 0; i < n; i++) {
-        char name[32];
-        unsigned long long v = 0;
-        snprintf(name, sizeof name, "field.%u", values[i].fieldId);
-        values[i].nvmlReturn = field_u64(d, "field", name, &v);
-        values[i].valueType = 3; /* unsigned long long */
-        values[i].value.ull = v;
+        values[i].nvmlReturn = field_value_locked(d->index, &values[i]);
+        values[i].timestamp = (long long)now.tv_sec * 1000000 + now.tv_nsec / 1000;
+        values[i].latencyUsec = 0;
     }
+    pthread_mutex_unlock(&mu);
     return OK;
 }
 
@@ -489,4 +544,131 @@ nvmlReturn_t nvmlEventSetWait_v2(struct event_set *set, event_data_t *data, unsi
         if (waited >= timeout_ms) return ERR_TIMEOUT;
         nanosleep(&step, NULL);
     }
+}
+
+/* ------------------------------------------------------------------ telemetry (power, clocks, utilisation, memory) */
+
+nvmlReturn_t nvmlDeviceGetPowerUsage(struct device *d, unsigned *mw) { return field_uint(d, "nvmlDeviceGetPowerUsage", "power", mw); }
+nvmlReturn_t nvmlDeviceGetEnforcedPowerLimit(struct device *d, unsigned *mw) { return field_uint(d, "nvmlDeviceGetEnforcedPowerLimit", "power.limit", mw); }
+nvmlReturn_t nvmlDeviceGetTotalEnergyConsumption(struct device *d, unsigned long long *mj) { return field_u64(d, "nvmlDeviceGetTotalEnergyConsumption", "energy", mj); }
+nvmlReturn_t nvmlDeviceGetPcieReplayCounter(struct device *d, unsigned *v) { return field_uint(d, "nvmlDeviceGetPcieReplayCounter", "pcie.replay", v); }
+nvmlReturn_t nvmlDeviceGetPerformanceState(struct device *d, unsigned *p) { return field_uint(d, "nvmlDeviceGetPerformanceState", "pstate", p); }
+nvmlReturn_t nvmlDeviceGetClockInfo(struct device *d, int type, unsigned *mhz) {
+    const char *names[] = {"clock.graphics", "clock.sm", "clock.mem", "clock.video"};
+    if (type < 0 || type > 3) return ERR_INVALID_ARGUMENT;
+    return field_uint(d, "nvmlDeviceGetClockInfo", names[type], mhz);
+}
+nvmlReturn_t nvmlDeviceGetPcieThroughput(struct device *d, int counter, unsigned *kbps) {
+    if (counter < 0 || counter > 1) return ERR_INVALID_ARGUMENT;
+    return field_uint(d, "nvmlDeviceGetPcieThroughput", counter ? "pcie.rx_kbps" : "pcie.tx_kbps", kbps);
+}
+
+typedef struct { unsigned gpu, memory; } utilization_t;
+nvmlReturn_t nvmlDeviceGetUtilizationRates(struct device *d, utilization_t *u) {
+    char v[64];
+    nvmlReturn_t rc = field_str(d, "nvmlDeviceGetUtilizationRates", "util", v, sizeof v); /* "gpu% memory%" */
+    if (rc == OK) u->gpu = u->memory = 0, sscanf(v, "%u %u", &u->gpu, &u->memory);
+    return rc;
+}
+static nvmlReturn_t codec_util(struct device *d, const char *fn, const char *name, unsigned *util, unsigned *period) {
+    nvmlReturn_t rc = field_uint(d, fn, name, util);
+    if (rc == OK) *period = 167000;
+    return rc;
+}
+nvmlReturn_t nvmlDeviceGetEncoderUtilization(struct device *d, unsigned *u, unsigned *p) { return codec_util(d, "nvmlDeviceGetEncoderUtilization", "util.enc", u, p); }
+nvmlReturn_t nvmlDeviceGetDecoderUtilization(struct device *d, unsigned *u, unsigned *p) { return codec_util(d, "nvmlDeviceGetDecoderUtilization", "util.dec", u, p); }
+
+typedef struct { unsigned long long referenceTime, violationTime; } violation_t;
+nvmlReturn_t nvmlDeviceGetViolationStatus(struct device *d, int policy, violation_t *v) {
+    char name[32];
+    unsigned long long ns = 0;
+    snprintf(name, sizeof name, "violation.%d", policy);
+    nvmlReturn_t rc = field_u64(d, "nvmlDeviceGetViolationStatus", name, &ns);
+    if (rc == OK) v->referenceTime = 0, v->violationTime = ns;
+    return rc;
+}
+
+typedef struct { unsigned long long total, free, used; } memory_t;
+typedef struct { unsigned version; unsigned long long total, reserved, free, used; } memory_v2_t;
+static nvmlReturn_t memory_of(struct device *d, const char *fn, unsigned long long out[4]) {
+    char v[160];
+    nvmlReturn_t rc = field_str(d, fn, "memory", v, sizeof v); /* "total reserved free used" */
+    if (rc == OK) out[0] = out[1] = out[2] = out[3] = 0, sscanf(v, "%llu %llu %llu %llu", &out[0], &out[1], &out[2], &out[3]);
+    return rc;
+}
+nvmlReturn_t nvmlDeviceGetMemoryInfo(struct device *d, memory_t *m) {
+    unsigned long long v[4];
+    nvmlReturn_t rc = memory_of(d, "nvmlDeviceGetMemoryInfo", v);
+    /* v1 counts the reserved memory as used, as the real driver does */
+    if (rc == OK) m->total = v[0], m->free = v[2], m->used = v[3] + v[1];
+    return rc;
+}
+nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(struct device *d, memory_v2_t *m) {
+    unsigned long long v[4];
+    if (missing("nvmlDeviceGetMemoryInfo_v2")) return ERR_FUNCTION_NOT_FOUND;
+    if (m->version != 0x02000028) return 25; /* NVML_ERROR_ARGUMENT_VERSION_MISMATCH */
+    nvmlReturn_t rc = memory_of(d, "nvmlDeviceGetMemoryInfo_v2", v);
+    if (rc == OK) m->total = v[0], m->reserved = v[1], m->free = v[2], m->used = v[3];
+    return rc;
+}
+
+/* ------------------------------------------------------------------ GPM (Hopper and later) */
+
+struct gpm_sample { int taken; unsigned gpu; int mig; unsigned gi; struct timespec at; };
+typedef struct { unsigned version, supported; } gpm_support_t;
+typedef struct { unsigned metricId; nvmlReturn_t nvmlReturn; double value; char *shortName, *longName, *unit; } gpm_metric_t;
+typedef struct { unsigned version, numMetrics; struct gpm_sample *sample1, *sample2; gpm_metric_t metrics[]; } gpm_get_t;
+
+static int gpm_supported(unsigned gpu) {
+    char key[32], v[16];
+    snprintf(key, sizeof key, "%u.gpm", gpu);
+    return get(key, v, sizeof v) && atoi(v) == 1;
+}
+nvmlReturn_t nvmlGpmQueryDeviceSupport(struct device *d, gpm_support_t *s) {
+    maybe_hang("nvmlGpmQueryDeviceSupport");
+    if (missing("nvmlGpmQueryDeviceSupport")) return ERR_FUNCTION_NOT_FOUND;
+    nvmlReturn_t rc = check_dev(d);
+    if (rc != OK) return rc;
+    if (s->version != 1) return 25;
+    s->supported = (unsigned)gpm_supported(d->index);
+    return OK;
+}
+nvmlReturn_t nvmlGpmSampleAlloc(struct gpm_sample **s) {
+    *s = calloc(1, sizeof **s);
+    return *s ? OK : 999;
+}
+nvmlReturn_t nvmlGpmSampleFree(struct gpm_sample *s) {
+    free(s);
+    return OK;
+}
+static nvmlReturn_t gpm_take(struct device *d, struct gpm_sample *s, int mig, unsigned gi) {
+    maybe_hang("nvmlGpmSampleGet");
+    nvmlReturn_t rc = check_dev(d);
+    if (rc != OK) return rc;
+    if (!s) return ERR_INVALID_ARGUMENT;
+    if (!gpm_supported(d->index)) return ERR_NOT_SUPPORTED;
+    s->taken = 1, s->gpu = d->index, s->mig = mig, s->gi = gi;
+    clock_gettime(CLOCK_MONOTONIC, &s->at);
+    return OK;
+}
+nvmlReturn_t nvmlGpmSampleGet(struct device *d, struct gpm_sample *s) { return gpm_take(d, s, 0, 0); }
+nvmlReturn_t nvmlGpmMigSampleGet(struct device *d, unsigned gi, struct gpm_sample *s) { return gpm_take(d, s, 1, gi); }
+
+/* Metrics between two samples of one GPU (or GPU instance), the second taken later;
+ * the value is "<i>.gpm.<id>" (or "<i>.mig.gi<gi>.gpm.<id>"), a percentage. */
+nvmlReturn_t nvmlGpmMetricsGet(gpm_get_t *g) {
+    if (g->version != 1) return 25;
+    struct gpm_sample *a = g->sample1, *b = g->sample2;
+    if (!a || !b || !a->taken || !b->taken || a->gpu != b->gpu || a->mig != b->mig || a->gi != b->gi)
+        return ERR_INVALID_ARGUMENT;
+    double dt = (double)(b->at.tv_sec - a->at.tv_sec) + (b->at.tv_nsec - a->at.tv_nsec) / 1e9;
+    if (dt <= 0) return ERR_INVALID_ARGUMENT;
+    for (unsigned i = 0; i < g->numMetrics; i++) {
+        char key[64], v[64];
+        if (a->mig) snprintf(key, sizeof key, "%u.mig.gi%u.gpm.%u", a->gpu, a->gi, g->metrics[i].metricId);
+        else snprintf(key, sizeof key, "%u.gpm.%u", a->gpu, g->metrics[i].metricId);
+        g->metrics[i].nvmlReturn = get(key, v, sizeof v) && strcmp(v, "NS") != 0 ? OK : ERR_NOT_SUPPORTED;
+        g->metrics[i].value = g->metrics[i].nvmlReturn == OK ? atof(v) : 0;
+    }
+    return OK;
 }
