@@ -29,6 +29,12 @@ GPU_METRICS: tuple[MetricSpec, ...] = (
     MetricSpec("node_health_gpu_pcie_link_width", "gauge", "PCIe link width in lanes, current and max.", ("gpu", "which")),
     MetricSpec("node_health_gpu_nvlink_up", "gauge", "1 if the NVLink is active.", ("gpu", "link")),
     MetricSpec("node_health_gpu_nvlink_errors_total", "counter", "NVLink data-link error counters (replay, recovery, crc_flit, crc_data).", ("gpu", "link", "counter")),
+    MetricSpec("node_health_gpu_persistence_mode", "gauge", "1 if persistence mode is enabled, 0 if not (absent where not applicable).", G),
+    MetricSpec("node_health_gpu_fabric_state", "gauge", "NVLink fabric state from NVML (1 not started, 2 in progress, 3 completed); absent off a fabric.", G),
+    MetricSpec("node_health_fabric_manager_running", "gauge", "1 if nvidia-fabricmanager runs (judged on NVSwitch systems whose driver does not report the fabric state)."),
+    MetricSpec("node_health_nvidia_peermem_loaded", "gauge", "1 if nvidia_peermem (or nv_peer_mem) is loaded (judged on nodes with GPUs and InfiniBand)."),
+    MetricSpec("node_health_nvml_hung_polls", "gauge", "Polls in a row in which NVML calls for the subject (gpuN; nvml: nvmlInit; gpus: the count) have not returned; 0 once they answer.", ("subject",)),
+    MetricSpec("node_health_gpu_stuck_processes", "gauge", "Processes in uninterruptible sleep (D) with a /dev/nvidia* file open, at the last poll."),
     MetricSpec("node_health_gpu_recovery_action", "gauge", "NVML GPU recovery action (0 none, 1 GPU reset, 2 node reboot, 3 drain P2P, 4 drain and reset, …).", G),
 )
 
@@ -77,6 +83,13 @@ REASONS: tuple[Reason, ...] = (
     Reason("GpuLost", Severity.CRITICAL, "NVML reports GPU_IS_LOST: the GPU fell off the bus.", family=F, action="reboot"),
     Reason("GpuMissing", Severity.CRITICAL, "Fewer GPUs in NVML than expected, or a GPU on the PCI bus that NVML lacks.", family=F, action="reboot"),
     Reason("NvmlCallHung", Severity.WARNING, "An NVML call for this GPU did not return in time.", unknown=True, family=F),
+    Reason("GpuUnresponsive", Severity.CRITICAL, "An NVML call (for a GPU, the count or nvmlInit) has stayed hung for checks.gpu.hung_polls polls in a row: the driver no longer answers.", family=F, action="reboot"),
+    Reason("GpuProcessStuck", Severity.CRITICAL, "Processes in uninterruptible sleep with /dev/nvidia* open for checks.gpu.hung_polls polls in a row: the driver is wedged.", family=F, action="reboot"),
+    Reason("GpuPersistenceModeOff", Severity.WARNING, "Persistence mode is off (nvidia-persistenced not running): every CUDA start re-initialises the GPU.", family=F, action="none"),
+    Reason("PcieReplayRate", Severity.WARNING, "PCIe replays above checks.gpu.pcie_replay_rate per minute: a marginal link (riser, slot, cable).", family=F, action="drain_and_diagnose"),
+    Reason("FabricManagerNotRunning", Severity.CRITICAL, "NVSwitch system whose NVLink fabric is not trained (NVML fabric state, or nvidia-fabricmanager not running) past checks.gpu.fabric_manager_grace: CUDA cannot use the GPUs.", family=F, action="drain_and_diagnose"),
+    Reason("GpuFabricUnhealthy", Severity.CRITICAL, "NVLink fabric training failed for the GPU or NVML reports its fabric unhealthy (limited capacity: warning).", family=F, action="reboot"),
+    Reason("NvidiaPeermemNotLoaded", Severity.WARNING, "GPUs and InfiniBand on the node but nvidia_peermem is not loaded: no GPUDirect RDMA.", family=F, action="none"),
     Reason("NvmlError", Severity.WARNING, "NVML returned an unexpected error for this GPU.", unknown=True, family=F),
     Reason("EccUncorrectable", Severity.CRITICAL, "Uncorrectable ECC errors since the driver loaded (or new this boot).", family=F, action="reset_gpu"),
     Reason("EccCorrectedRate", Severity.WARNING, "Corrected ECC errors above checks.gpu.ecc_corrected_rate.", family=F),
@@ -111,6 +124,7 @@ CATALOG = Catalog.declare(REASONS, METRICS)
 # The telemetry check (gpu_telemetry): what dcgm-exporter users read, in base units.
 # A series is absent where the GPU or driver lacks it, never 0.
 TELEMETRY_METRICS: tuple[MetricSpec, ...] = (
+    MetricSpec("node_health_gpu_driver_info", "gauge", "Always 1; the NVIDIA driver version NVML reports (dcgm-exporter's DCGM_FI_DRIVER_VERSION label).", ("version",)),
     MetricSpec("node_health_gpu_telemetry_up", "gauge", "1 if the GPU's last telemetry poll answered, 0 if it hung, failed or the GPU is lost.", G),
     MetricSpec("node_health_gpu_power_watts", "gauge", "Board power draw (NVML instantaneous power).", G),
     MetricSpec("node_health_gpu_power_limit_watts", "gauge", "The power limit the GPU enforces now.", G),

@@ -37,6 +37,7 @@ class TelemetryPoller:
         self.prober = Prober("nvml-telemetry")
         self.reader: TelemetryReader | None = None
         self.gpm: GpmSampler | None = None
+        self.driver: str | None = None  # the driver's version, read once per process
 
     def poll(self, b: ObservationBuilder) -> None:
         nv = self._init(b)
@@ -45,6 +46,11 @@ class TelemetryPoller:
         if self.reader is None:
             self.reader = TelemetryReader(nv)
             self.gpm = GpmSampler(self.reader) if self.cfg.gpm else None
+        if self.driver is None:
+            version = self.prober.call("driver", lambda: nvml.driver_version(nv), self.cfg.call_timeout)
+            self.driver = version.value if version.ok else None
+        if self.driver is not None:
+            b.sample("node_health_gpu_driver_info", 1, version=self.driver)
         count = self.prober.call("count", nv.nvmlDeviceGetCount, self.cfg.call_timeout)
         if not count.ok:
             b.subject("gpus", f"nvmlDeviceGetCount: {count.error or 'hung'}")

@@ -35,6 +35,7 @@ def test_an_h100_in_base_units(gpu_context, scenario) -> None:
     obs = check.run()
     assert obs.findings == ()
     assert value(obs, "node_health_gpu_telemetry_up", "1") == 1
+    assert [s.labels for s in obs.samples if s.name == "node_health_gpu_driver_info"] == [(("version", "570.86.15"),)]
     assert value(obs, "node_health_gpu_power_watts") == 312.0
     assert value(obs, "node_health_gpu_power_limit_watts") == 700.0
     assert value(obs, "node_health_gpu_energy_joules_total") == 1_234_567.0
@@ -134,7 +135,7 @@ def test_a_consumer_gpu_exports_only_what_it_has(gpu_context, scenario) -> None:
     check.run()
     obs = check.run()
     names = {s.name for s in obs.samples}
-    assert names == {"node_health_gpu_telemetry_up", "node_health_gpu_power_watts", "node_health_gpu_utilization_ratio",
+    assert names == {"node_health_gpu_driver_info", "node_health_gpu_telemetry_up", "node_health_gpu_power_watts", "node_health_gpu_utilization_ratio",
                      "node_health_gpu_memory_utilization_ratio"}
     assert obs.findings == ()
 
@@ -175,7 +176,7 @@ def test_a_lost_gpu_has_no_telemetry_and_the_others_do(gpu_context, scenario) ->
     obs = make(gpu_context).run()
     assert value(obs, "node_health_gpu_telemetry_up", "1") == 0
     assert value(obs, "node_health_gpu_telemetry_up", "0") == 1
-    assert {s.labels[0] for s in obs.samples if s.name != "node_health_gpu_telemetry_up"} == {("gpu", "0")}
+    assert {s.labels[0] for s in obs.samples if s.name not in ("node_health_gpu_telemetry_up", "node_health_gpu_driver_info")} == {("gpu", "0")}
     assert obs.findings == ()  # GpuLost is the GPU check's finding
 
 
@@ -186,7 +187,7 @@ def test_a_hung_call_leaves_the_gpu_out_until_it_returns(gpu_context, scenario) 
     scenario.set(**{"hang.nvmlGpmSampleGet": 3})  # every GPU's next GPM sample sleeps 3 s in the "driver"
     hung = check.run()
     assert [(f.subject, f.reason) for f in hung.findings] == [("gpu0", "NvmlCallHung"), ("gpu1", "NvmlCallHung")]
-    assert {s.name for s in hung.samples} == {"node_health_gpu_telemetry_up"}
+    assert {s.name for s in hung.samples} == {"node_health_gpu_driver_info", "node_health_gpu_telemetry_up"}
     again = check.run()  # still hung: not asked again (no second stuck thread per GPU)
     assert sorted(k for k in check.prober.hung()) == [("gpu", 0), ("gpu", 1)]
     assert [f.reason for f in again.findings] == ["NvmlCallHung", "NvmlCallHung"]

@@ -41,7 +41,10 @@ def test_eight_h100s_show_every_family_in_base_units(agent: Agent) -> None:
     agent.poll(lambda t: f'node_health_gpu_sm_activity_ratio{{gpu="{GPUS - 2}"}}' in t, "GPM ratios (second poll)")
     text = agent.text()
     metrics = agent.metrics()
+    assert agent.value("node_health_gpu_driver_info", version="570.86.15") == 1
     for spec in TELEMETRY_METRICS:
+        if "gpu" not in spec.labels:
+            continue
         gpus = {labels["gpu"] for labels, _ in metrics.get(spec.name, [])}
         if spec.name in FALLBACK_ONLY:
             assert gpus == set(), spec.name
@@ -56,6 +59,8 @@ def test_eight_h100s_show_every_family_in_base_units(agent: Agent) -> None:
     assert len([1 for labels, _ in metrics["node_health_gpu_nvlink_bytes_total"] if labels["gpu"] == "0"]) == 36
     assert agent.value("node_health_finding", check="gpu_telemetry", reason="NvmlCallHung", subject="gpu0") == 0
     assert promtool_lint(text) == ""
+    series = [line.rsplit(" ", 1)[0] for line in text.splitlines() if line and not line.startswith("#")]
+    assert len(series) == len(set(series)), "a series exported twice (two checks emitting one metric)"
 
 
 def test_a_hung_nvml_call_does_not_hold_up_metrics(agent: Agent, scenario) -> None:
