@@ -1,8 +1,8 @@
 """Configuration: one TOML file validated into frozen dataclasses.
 
 This module is the root loader: it assembles `Config` from the agent's own
-sections (`agent.settings`), the ``[kubernetes]`` section (`agent.kube.settings`)
-and one ``[checks.<name>]`` table per check of the registry (each check's config
+sections (`agent.settings`), the ``[kubernetes]`` section (`agent.kube.settings`),
+the ``[remediation]`` section (`agent.remediation.settings`) and one ``[checks.<name>]`` table per check of the registry (each check's config
 class lives in its feature's ``settings.py``), then runs the checks that span
 sections. The building blocks (`opt`, durations, `CheckConfig`, `ConfigError`,
 `build`) are in the leaf module `agent.schema`. Every error names the file, the
@@ -26,6 +26,7 @@ from typing import Any
 
 from . import registry
 from .kube.settings import KubernetesSection
+from .remediation.settings import RemediationSection
 from .schema import CheckConfig as CheckConfig
 from .schema import ConfigError as ConfigError
 from .schema import build, describe_value, plain, unknown_key
@@ -47,6 +48,9 @@ class Config:
     paths: PathsSection = field(default_factory=PathsSection, metadata={"doc": "Host filesystem roots."})
     metrics: MetricsSection = field(default_factory=MetricsSection, metadata={"doc": "The Prometheus endpoint."})
     kubernetes: KubernetesSection = field(default_factory=KubernetesSection, metadata={"doc": "Node taints, conditions, events."})
+    remediation: RemediationSection = field(
+        default_factory=RemediationSection, metadata={"doc": "Drain, GPU reset, reboot, retire (docs/remediation.md)."}
+    )
     checks: Mapping[str, CheckConfig] = field(
         default_factory=lambda: MappingProxyType({}), metadata={"doc": "One table per check: [checks.<name>]."}
     )

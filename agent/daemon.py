@@ -41,6 +41,7 @@ from .web.tls import resolve
 
 if TYPE_CHECKING:
     from .kube.actuator import Actuator
+    from .remediation.runner import Runner
 
 SWITCH_INTERVAL = 0.001  # seconds; see Agent.run
 
@@ -82,6 +83,7 @@ class Daemon:
         )
         self.sources: list[EventSource] = []
         self.kube: Actuator | None = None
+        self.remedy: Runner | None = None
         self.state = StateDir(state_dir(cfg, explicit=bool(overrides.state_dir)))
         self._reloads = {"success": 0, "failure": 0}
         self._last_reload_ok = True
@@ -108,11 +110,15 @@ class Daemon:
             return self._once()
         self._bind_metrics()
         self._start_kube()
+        self._start_remediation()
         self._start_sources()
         self.store.subscribe(lambda snap: self.notifier.status(summary(snap)))
         self.store.subscribe(lambda snap: self.kube.offer(snap) if self.kube else None)
+        self.store.subscribe(lambda snap: self.remedy.offer(snap) if self.remedy else None)
         if self.kube is not None:
             self.kube.offer(self.store.snapshot())
+        if self.remedy is not None:
+            self.remedy.offer(self.store.snapshot())
         # Signals first: the address is bound since start-up, so a client may be
         # answered (and send SIGHUP) the moment serving starts.
         self._install_signals()
@@ -127,6 +133,7 @@ class Daemon:
             self.watcher.stop()
             self.notifier.stopping()
             self._stop_sources()
+            self._stop_remediation()
             self._stop_kube()
             if self.metrics:
                 self.metrics.stop()
@@ -146,6 +153,8 @@ class Daemon:
         self.sources = build_sources(CheckContext(host_paths(self.cfg), self.state.path, self.cfg, self.opts.dry_run))
         if self.kube is not None:
             self.sources.append(self.kube.source)
+        if self.remedy is not None:
+            self.sources.append(self.remedy.source)
         known = {}
         for src in self.sources:
             check = src.name
@@ -177,6 +186,24 @@ class Daemon:
             self.cfg.kubernetes, CATALOG, node_name(self.cfg), self.state, kubeconfig=self.opts.kubeconfig, dry_run=self.opts.dry_run,
             publish_samples=publish,
         )
+
+    def _start_remediation(self) -> None:
+        from .remediation.runner import attribution, start
+
+        def publish(samples: list[Sample]) -> None:
+            self.scheduler.call_soon(lambda: self.store.set_extra("remediation", samples))
+
+        self.remedy = start(
+            self.cfg.remediation, self.state, host_paths(self.cfg), kube=self.kube,
+            dry_run=self.opts.dry_run or self.cfg.kubernetes.dry_run, config_path=self.overrides.config_path,
+            publish_samples=publish, catalog=CATALOG,
+            users=attribution(host_paths(self.cfg), self.cfg.check("gpu"), self.cfg.check("gpu_pods")),
+        )
+
+    def _stop_remediation(self) -> None:
+        if self.remedy is not None:
+            self.remedy.stop()
+            self.remedy = None
 
     def _stop_kube(self) -> None:
         if self.kube is not None:
@@ -267,15 +294,24 @@ class Daemon:
         self.scheduler.configure(build_checks(new, self.state.path, dry_run=self.opts.dry_run))
         # Event sources are restarted only when what they are built from changed:
         # a SIGHUP must not cancel a preflight burn or re-open the kernel log.
-        restart = (new.checks, new.paths, new.kubernetes) != (old.checks, old.paths, old.kubernetes)
+        restart = (new.checks, new.paths, new.kubernetes, new.remediation) != (
+            old.checks, old.paths, old.kubernetes, old.remediation
+        )
         if restart:
             self._stop_sources()
+        ladder = (new.kubernetes, new.remediation, new.paths) != (old.kubernetes, old.remediation, old.paths)
+        if ladder:
+            self._stop_remediation()
         if new.kubernetes != old.kubernetes:
             self._stop_kube()
             try:
                 self._start_kube()
             except ConfigError as exc:
                 log.error("kubernetes: %s; node state is not synced until the next good reload", exc)
+        if ladder:
+            self._start_remediation()
+            if self.remedy is not None:
+                self.remedy.offer(self.store.snapshot())
         if restart:
             self._start_sources()
         if new.metrics != old.metrics or new_web != old_web:

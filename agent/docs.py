@@ -21,18 +21,27 @@ def _table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> str:
 
 def config_rows() -> list[tuple[str, str, str]]:
     rows: list[tuple[str, str, str]] = []
-    for section in ("agent", "paths", "metrics", "kubernetes"):
+    for section in ("agent", "paths", "metrics", "kubernetes", "remediation"):
         rows += fields_doc(type(getattr(Config(), section)), section)
     for name, spec in CHECKS.items():
         rows += fields_doc(spec.config, f"checks.{name}")
     return rows
 
 
+def _section_rows(section: str) -> list[tuple[str, str, str]]:
+    """One top-level section of the config (`agent docs config remediation`)."""
+    value = getattr(Config(), section, None)
+    if value is None or section in ("source", "checks"):
+        raise ValueError(f"no config section {section!r}")
+    return fields_doc(type(value), section)
+
+
 def render(what: str, feature: str | None = None) -> str:
     """One table: `config`, or the `metrics` or `reasons` of the whole catalog
     or of one feature (`disk`, `gpu`, `kube`, …, `core`)."""
-    if what == "config" and feature is None:
-        return _table(("key", "default", "meaning"), [(f"`{k}`", f"`{d}`", doc) for k, d, doc in config_rows()])
+    if what == "config":
+        keys = config_rows() if feature is None else _section_rows(feature)
+        return _table(("key", "default", "meaning"), [(f"`{k}`", f"`{d}`", doc) for k, d, doc in keys])
     if what == "actions" and feature is None:
         return _actions()
     if what == "patterns" and feature is None:

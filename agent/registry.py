@@ -24,6 +24,7 @@ from .infiniband import catalog as infiniband_catalog
 from .kernel import catalog as kernel_catalog
 from .kube import catalog as kube
 from .network import catalog as network_catalog
+from .remediation import catalog as remediation
 from .traffic import catalog as traffic_catalog
 from .web import CATALOG as WEB_CATALOG
 from .web import METRICS as WEB_METRICS
@@ -32,7 +33,7 @@ CHECKS: Mapping[str, CheckSpec] = MappingProxyType(
     {spec.name: spec for spec in (disk.SPEC, network.SPEC, infiniband.SPEC, gpu.SPEC, gpu_telemetry.SPEC, gpu_pods.SPEC, kernel.SPEC, traffic.SPEC, burn.SPEC)}
 )
 
-CATALOG: Catalog = Catalog.merge(*(spec.catalog for spec in CHECKS.values()), kube.CATALOG, WEB_CATALOG)
+CATALOG: Catalog = Catalog.merge(*(spec.catalog for spec in CHECKS.values()), kube.CATALOG, remediation.CATALOG, WEB_CATALOG)
 
 # What each feature declares, by feature name ("core": the agent's own): the
 # per-feature tables of docs/*.md are generated from it (`agent docs reasons gpu`).
@@ -47,5 +48,6 @@ FEATURES: Mapping[str, tuple[tuple[Reason, ...], tuple[MetricSpec, ...]]] = Mapp
     "traffic": (traffic_catalog.REASONS, traffic_catalog.METRICS),
     "burn": (burn_catalog.REASONS, burn_catalog.METRICS),
     "kube": (kube.REASONS, kube.METRICS),
+    "remediation": (remediation.REASONS, remediation.METRICS),
     "web": ((), WEB_METRICS),
 })

@@ -48,7 +48,8 @@ class VirtualClock:
         return self.t
 
 
-def make_agent(i: int, fake: FakeApiServer, clock: VirtualClock, cfg: Any, root: str) -> Reconciler:
+def in_process_api(fake: FakeApiServer, clock: Any, cfg: Any, rng: random.Random) -> KubeApi:
+    """An agent's KubeApi whose client talks to the fake server in-process (no sockets)."""
     from kubernetes import client
 
     conf = client.Configuration()
@@ -58,10 +59,14 @@ def make_agent(i: int, fake: FakeApiServer, clock: VirtualClock, cfg: Any, root:
     conf.retries = False
     api_client = client.ApiClient(conf)
     api_client.rest_client.pool_manager = fake.pool()
-    rng = random.Random(i)
-    stats = Stats()
     gate = Gate(qps=cfg.qps, burst=cfg.burst, backoff_max=cfg.backoff_max, now=clock(), rng=rng)
-    api = KubeApi(api_client, gate=gate, clock=clock, stats=stats, timeout=cfg.request_timeout)
+    return KubeApi(api_client, gate=gate, clock=clock, stats=Stats(), timeout=cfg.request_timeout)
+
+
+def make_agent(i: int, fake: FakeApiServer, clock: VirtualClock, cfg: Any, root: str) -> Reconciler:
+    rng = random.Random(i)
+    api = in_process_api(fake, clock, cfg, rng)
+    stats = api.stats
     sd = StateDir(os.path.join(root, f"n{i}"))
     sd.ensure()
     return Reconciler(cfg, f"node-{i:05d}", sd, catalog=CATALOG, api=api, dry_run=False, now=clock(), wall=lambda: 1.8e9 + clock.t,
@@ -118,7 +123,7 @@ def summarize(fake: FakeApiServer, agents: list[Reconciler], fault_at: float, re
               budget: int) -> dict[str, Any]:
     recover_at = fault_at + recover_after
     phases = {"start-up": (0, fault_at), "mass failure": (fault_at, recover_at), "recovery": (recover_at, recover_at + 3600)}
-    out: dict[str, Any] = {"wall_seconds": round(wall, 1), "max_slots_held": max_tainted(fake)}
+    out: dict[str, Any] = {"wall_seconds": round(wall, 1), "max_slots_held": fake.leases_held_peak()}
     for name, (a, b) in phases.items():
         recs = [r for r in fake.requests if a <= r.t < b]
         per_second = collections.Counter(int(r.t) for r in recs)
@@ -133,16 +138,6 @@ def summarize(fake: FakeApiServer, agents: list[Reconciler], fault_at: float, re
         t["key"].startswith("node-health-agent/") for t in a.node.obj["spec"].get("taints", [])))
     out["budget"] = budget
     return out
-
-
-def max_tainted(fake: FakeApiServer) -> int:
-    """The most budget slots held at any moment (a taint is applied only while its slot is held)."""
-    held = peak = 0
-    for r in fake.requests:
-        if "/leases" in r.path and r.status < 300:
-            held += {"create": 1, "delete": -1}.get(r.verb, 0)
-            peak = max(peak, held)
-    return peak
 
 
 def main() -> None:

@@ -34,8 +34,9 @@ class GpuCheck:
 
     def known_findings(self) -> Iterable[tuple[str, str]]:
         yield ("gpus", "GpuMissing")
+        yield ("gpus", "GpuProcessStuck")
         for i in range(len(bus_gpus(self.ctx.paths))):
-            for reason in ("GpuLost", "EccUncorrectable", "RowRemapFailure", "GpuRecoveryAction", "GpuHwSlowdown"):
+            for reason in ("GpuLost", "GpuUnresponsive", "EccUncorrectable", "RowRemapFailure", "GpuRecoveryAction", "GpuHwSlowdown"):
                 yield (f"gpu{i}", reason)
 
     def run(self) -> Observation:

@@ -3,7 +3,7 @@
 Exit codes everywhere: 0 healthy or done, 1 a warning or critical finding,
 2 bad usage, bad config or bad input (one line on stderr, no traceback).
 Feature commands (scan-log and xid, rules, burn) live in their own modules
-of this package (`gpu`, `traffic`, `burn`); each has ``register(subparsers)``
+of this package (`gpu`, `traffic`, `burn`, `remediation`); each has ``register(subparsers)``
 and sets ``func``. What they share is in `agent.cli.shared`.
 """
 
@@ -77,9 +77,9 @@ def build_parser() -> Parser:
 
     # Imported here, inside main()'s error handling: they import the parsers,
     # so a bad NODE_HEALTH_AGENT_PARSERS surfaces as one line.
-    from . import burn, gpu, traffic
+    from . import burn, gpu, remediation, traffic
 
-    for command in (gpu, traffic, burn):
+    for command in (gpu, traffic, burn, remediation):
         command.register(sub)
     return parser
 
@@ -172,7 +172,7 @@ def cmd_version(args: argparse.Namespace) -> int:
 def cmd_docs(args: argparse.Namespace) -> int:
     from .. import docs
 
-    if args.feature is not None and args.what in ("config", "actions", "patterns"):
+    if args.feature is not None and args.what in ("actions", "patterns"):
         raise UsageError(f"docs {args.what}: takes no feature (it is one table)")
     try:
         table = docs.render(args.what, args.feature)

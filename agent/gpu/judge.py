@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..findings import ObservationBuilder
-from .reading import GpuReading
+from ..findings import ObservationBuilder, Severity
+from .reading import FABRIC_COMPLETED, FABRIC_IN_PROGRESS, HEALTH_LIMITED, HEALTH_UNHEALTHY, GpuReading
 from .xid_catalog import RECOVERY_ACTIONS
 
 # Clock event reasons (nvml.h nvmlClocksEventReason*): the hardware ones are health signals.
@@ -33,6 +33,8 @@ HW_REASONS = {"hw_slowdown": HW_SLOWDOWN, "hw_thermal_slowdown": HW_THERMAL_SLOW
 class Limits:
     ecc_corrected_per_hour: float
     nvlink_errors_per_second: float
+    pcie_replays_per_minute: float = 0.0
+    fabric_grace: float = 0.0  # seconds a fabric that is not trained is given (Fabric Manager starting)
 
 
 def judge(r: GpuReading, prev: dict[str, Any], limits: Limits, now: float, b: ObservationBuilder) -> dict[str, Any]:
@@ -51,6 +53,9 @@ def judge(r: GpuReading, prev: dict[str, Any], limits: Limits, now: float, b: Ob
     _pcie(r, b)
     _nvlink(r, prev, state, limits, dt, b)
     _recovery(r, b)
+    _persistence(r, b)
+    _replay(r, prev, state, limits, dt, b)
+    _fabric(r, prev, state, limits, now, b)
     if r.errors:
         b.finding(subject, "NvmlError", "; ".join(r.errors[:5]))
     temp = f", {r.temperature}°C" if r.temperature is not None else ""
@@ -184,3 +189,58 @@ def _recovery(r: GpuReading, b: ObservationBuilder) -> None:
     b.finding(
         f"gpu{r.index}", "GpuRecoveryAction", f"NVML recovery action: {name}", severity=sev, action=action
     )
+
+
+def _persistence(r: GpuReading, b: ObservationBuilder) -> None:
+    # Off, the driver tears the GPU's state down whenever no client holds it and
+    # sets it up again for the next (seconds per CUDA start); nvidia-persistenced
+    # turns it on at boot, so it reads off for a moment after a reboot (gpud#431):
+    # a warning, which the state's hysteresis lets pass.
+    if r.persistence is None:
+        return
+    b.sample("node_health_gpu_persistence_mode", r.persistence, gpu=str(r.index))
+    if not r.persistence:
+        b.finding(f"gpu{r.index}", "GpuPersistenceModeOff", "persistence mode is off (nvidia-persistenced not running?)")
+
+
+def _replay(r: GpuReading, prev: dict[str, Any], state: dict[str, Any], limits: Limits, dt: float, b: ObservationBuilder) -> None:
+    if r.pcie_replay is None:
+        return
+    # The series node_health_gpu_pcie_replay_total is the telemetry check's (one emitter per series);
+    # this one only judges the rate.
+    state["replay"] = r.pcie_replay
+    last = prev.get("replay")
+    if last is None or dt <= 0 or not limits.pcie_replays_per_minute:
+        return
+    delta = r.pcie_replay - last if r.pcie_replay >= last else r.pcie_replay  # the count restarts with the driver
+    rate = delta * 60.0 / dt
+    if rate > limits.pcie_replays_per_minute:
+        b.finding(f"gpu{r.index}", "PcieReplayRate", f"{delta} PCIe replays in {dt:.0f}s ({rate:.1f}/min)")
+
+
+FABRIC_STATES = {1: "not started", 2: "in progress", 3: "completed"}
+
+
+def _fabric(r: GpuReading, prev: dict[str, Any], state: dict[str, Any], limits: Limits, now: float, b: ObservationBuilder) -> None:
+    f = r.fabric
+    if f is None:
+        return
+    gpu, subject = str(r.index), f"gpu{r.index}"
+    b.sample("node_health_gpu_fabric_state", f.state, gpu=gpu)
+    if f.state == FABRIC_COMPLETED:
+        if f.status != 0:
+            b.finding(subject, "GpuFabricUnhealthy", f"NVLink fabric training completed with NVML error {f.status}")
+        elif f.health == HEALTH_UNHEALTHY:
+            b.finding(subject, "GpuFabricUnhealthy", "the NVLink fabric reports this GPU unhealthy (health summary)")
+        elif f.health == HEALTH_LIMITED:
+            # It still works, at reduced bandwidth: not a reboot's worth, a look's.
+            b.finding(subject, "GpuFabricUnhealthy", "the NVLink fabric runs at limited capacity (health summary)",
+                      severity=Severity.WARNING, action="drain_and_diagnose")
+        return
+    # Not trained yet: Fabric Manager has not started (NOT_STARTED) or is training
+    # (IN_PROGRESS). Normal for a while after boot; past the grace, CUDA cannot run here.
+    since = state["fabric_since"] = prev.get("fabric_since", now)
+    if now - since >= limits.fabric_grace:
+        what = "training has not finished" if f.state == FABRIC_IN_PROGRESS else "Fabric Manager has not trained it"
+        b.finding(subject, "FabricManagerNotRunning",
+                  f"NVLink fabric state {FABRIC_STATES.get(f.state, f.state)} for {now - since:.0f}s: {what}")

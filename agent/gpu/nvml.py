@@ -34,6 +34,7 @@ TIMEOUT = 10
 LIBRARY_NOT_FOUND = 12
 FUNCTION_NOT_FOUND = 13
 GPU_IS_LOST = 15
+ARGUMENT_VERSION_MISMATCH = 25
 UNKNOWN = 999
 
 # Where a containerised driver keeps the library, relative to its root.

@@ -36,6 +36,20 @@ class NvLink:
     counters: dict[str, int] = field(default_factory=dict)
 
 
+@dataclass(frozen=True, slots=True)
+class Fabric:
+    """nvmlDeviceGetGpuFabricInfo(V): where the GPU's NVLink fabric (NVSwitch,
+    Fabric Manager) stands. `health` is the v3 healthSummary, None before v3."""
+
+    state: int  # FABRIC_* below
+    status: int  # an nvmlReturn_t: the result of training once COMPLETED
+    health: int | None = None
+
+
+FABRIC_NOT_SUPPORTED, FABRIC_NOT_STARTED, FABRIC_IN_PROGRESS, FABRIC_COMPLETED = 0, 1, 2, 3
+HEALTH_HEALTHY, HEALTH_UNHEALTHY, HEALTH_LIMITED = 1, 2, 3  # NVML_GPU_FABRIC_HEALTH_SUMMARY_*
+
+
 @dataclass
 class GpuReading:
     index: int
@@ -56,6 +70,9 @@ class GpuReading:
     pcie: dict[str, int] = field(default_factory=dict)  # gen, gen_max, width, width_max
     nvlink: dict[int, NvLink] = field(default_factory=dict)
     recovery_action: int | None = None
+    persistence: int | None = None  # 1 enabled, 0 disabled; None: not applicable (not Linux, or MIG-only handles)
+    pcie_replay: int | None = None
+    fabric: Fabric | None = None  # None: the GPU is on no NVLink fabric (or the driver cannot say)
     unsupported: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
 
@@ -107,6 +124,7 @@ class Reader:
         self._pcie(r, h)
         self._nvlink(r, h)
         self._recovery(r, h)
+        self._stack(r, h)
 
     def _memory(self, r: GpuReading, h: Any) -> None:
         nv = self.nv
@@ -187,6 +205,32 @@ class Reader:
                 continue
             out.append(link)
         return out
+
+    def _stack(self, r: GpuReading, h: Any) -> None:
+        nv = self.nv
+        r.persistence = self._get(r, "persistence_mode", nv.nvmlDeviceGetPersistenceMode, h)
+        r.pcie_replay = self._get(r, "pcie_replay", nv.nvmlDeviceGetPcieReplayCounter, h)
+        r.fabric = self._get(r, "fabric", self._fabric, h)
+
+    def _fabric(self, h: Any) -> Fabric | None:
+        """The v3 struct (health summary) where the driver has nvmlDeviceGetGpuFabricInfoV,
+        else the first one (R535 and later on NVSwitch systems)."""
+        from ctypes import byref
+
+        nv = self.nv
+        try:
+            info = nv.c_nvmlGpuFabricInfo_v3_t()
+            nv.nvmlDeviceGetGpuFabricInfoV(h, byref(info))
+            health: int | None = int(info.healthSummary)
+        except Exception as exc:
+            if nvml.code(exc) not in (nvml.FUNCTION_NOT_FOUND, nvml.ARGUMENT_VERSION_MISMATCH):
+                raise
+            info = nv.c_nvmlGpuFabricInfo_t()
+            nv.nvmlDeviceGetGpuFabricInfo(h, byref(info))
+            health = None
+        if int(info.state) == FABRIC_NOT_SUPPORTED:
+            return None
+        return Fabric(int(info.state), int(info.status), health or None)
 
     def _recovery(self, r: GpuReading, h: Any) -> None:
         r.recovery_action = self._fields(r, h, FIELD_RECOVERY_ACTION)

@@ -25,9 +25,29 @@ class GpuConfig(CheckConfig):
         '(e.g. "/run/nvidia/driver:/": the GPU Operator\'s containerised driver, else the host\'s).',
     )
     call_timeout: float = opt(5.0, "NVML calls for one GPU longer than this are reported as NvmlCallHung.", duration=True, min=0.1)
+    hung_polls: int = opt(
+        5,
+        "An NVML call that stays hung for this many polls in a row (or a process in uninterruptible sleep on "
+        "/dev/nvidia* for as many) is GpuUnresponsive / GpuProcessStuck (critical, reboot); 0: never.",
+        min=0,
+    )
     expected_count: int = opt(0, "GPUs this node must have; 0: the NVIDIA GPUs on the PCI bus (and those seen this boot).", min=0)
     ecc_corrected_rate: float = opt(1000.0, "Corrected ECC errors per hour above which EccCorrectedRate is raised; 0: never.", min=0)
     nvlink_error_rate: float = opt(100.0, "NVLink CRC + replay errors per second on one link above which NvLinkErrors is raised.", min=0)
+    pcie_replay_rate: float = opt(
+        8.0, "PCIe replays per minute on one GPU above which PcieReplayRate is raised (DCGM's PCIe watch: 8); 0: never.", min=0
+    )
+    fabric_manager_grace: float = opt(
+        300.0,
+        "How long after it is first seen an untrained NVLink fabric (or, on an NVSwitch system, a stopped "
+        "nvidia-fabricmanager) is given before FabricManagerNotRunning.",
+        duration=True,
+        min=0,
+    )
+    peermem: bool = opt(
+        True,
+        "On a node with GPUs and InfiniBand, expect nvidia_peermem (GPUDirect RDMA); turn off where DMA-BUF is used instead.",
+    )
     xid_events: bool = opt(True, "Follow Xid errors as they happen (NVML events and the kernel log).")
     kmsg_path: str = opt("/dev/kmsg", "Kernel log to follow (host path); also a file or FIFO of /dev/kmsg records.")
     dedupe_window: float = opt(10.0, "An Xid from NVML and from the kernel log for the same GPU within this window is one event.", duration=True, min=0.1, max=600)

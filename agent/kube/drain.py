@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import logging
 import random
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -111,6 +112,14 @@ class _Drain:
     blocked: dict[str, str] = field(default_factory=dict)  # ref → the server's message
     pods: list[Pod] | None = None  # the last list, updated by our own evictions
     listed_at: float = float("-inf")
+    budget_of: dict[str, str] = field(default_factory=dict)  # uid → "ns/pdb" that refused it
+    budgets: dict[str, _Retry] = field(default_factory=dict)  # "ns/pdb" → when to try its pods again
+
+    def due(self, pod: Pod, now: float) -> bool:
+        """A pod is tried when its own wait and its budget's have passed: one refusal by a PDB
+        holds back every pod known to be under it, not only the one refused."""
+        budget = self.budgets.get(self.budget_of.get(pod.uid, ""))
+        return now >= self.retries.setdefault(pod.uid, _Retry()).at and (budget is None or now >= budget.at)
 
 
 class Drainer:
@@ -147,13 +156,13 @@ class Drainer:
         if d is None:
             d = self._drain = _Drain(deadline=now + self.cfg.timeout)
             log.warning("draining node %s: evicting its pods (timeout %gs)", self.node, self.cfg.timeout)
-        if d.pods is None or now >= d.listed_at + self.cfg.poll_interval:
+        timed_out = now >= d.deadline
+        if d.pods is None or (now >= d.listed_at + self.cfg.poll_interval and self._waiting(d, now)):
             items = self.api.list_pods_on(self.node)
             d.listed_at = now
             d.pods = self._selected(d, items, only, now)
-        timed_out = now >= d.deadline
         for pod in [p for p in d.pods if p.terminating is None]:
-            if now >= d.retries.setdefault(pod.uid, _Retry()).at:
+            if d.due(pod, now) or (timed_out and self.cfg.policy_for(pod.namespace) == "delete" and pod.uid not in d.deleted):
                 self._act(d, pod, now, timed_out)
         return self._progress(d, now, timed_out)
 
@@ -162,6 +171,11 @@ class Drainer:
         self._drain = None
         self.remaining = 0
         self._logged.clear()
+
+    def _waiting(self, d: _Drain, now: float) -> bool:
+        """Whether a list can tell something new: a pod is terminating, or one is due for an eviction
+        (while every pod waits on its budget's backoff, listing again would only cost a request)."""
+        return any(p.terminating is not None or d.due(p, now) for p in d.pods or [])
 
     def _selected(self, d: _Drain, items: list[dict[str, Any]], only: frozenset[str] | None, now: float) -> list[Pod]:
         out = []
@@ -176,6 +190,8 @@ class Drainer:
 
     def _act(self, d: _Drain, pod: Pod, now: float, timed_out: bool) -> None:
         delete = timed_out and self.cfg.policy_for(pod.namespace) == "delete"
+        if delete:
+            d.deleted.add(pod.uid)  # attempted: later tries wait their turn like evictions
         try:
             if delete:
                 self.api.delete_pod(pod.namespace, pod.name, pod.uid, pod.grace)
@@ -185,6 +201,9 @@ class Drainer:
             self._refused(d, pod, exc, now)
             return
         result = "deleted" if delete else "evicted"
+        budget = d.budgets.get(d.budget_of.get(pod.uid, ""))
+        if budget is not None:
+            budget.at = now  # that budget had room: its next pod may go at once (maxUnavailable > 1)
         self.results[result] += 1
         d.evicted += 0 if delete else 1
         d.blocked.pop(pod.ref, None)
@@ -201,6 +220,11 @@ class Drainer:
             self.results["blocked"] += 1
             d.blocked[pod.ref] = exc.message
             self._retry_later(d, pod, now, exc.retry_after, at_most=exc.status == 500)
+            name = _budget_name(exc)
+            if name:
+                key = f"{pod.namespace}/{name}"
+                d.budget_of[pod.uid] = key
+                d.budgets[key] = d.retries[pod.uid]
             self._log_once(pod.ref, "blocked", "eviction of %s refused: %s", pod.ref, _cause(exc))
             return
         if exc.status in (400, 403, 422):  # RBAC, the admission policy, a budget in a state only a human fixes
@@ -246,6 +270,15 @@ class Drainer:
         self._logged[ref] = state
         log.warning(msg, *args)
         return True
+
+
+def _budget_name(exc: ApiError) -> str:
+    """The PDB named in the DisruptionBudget cause ("The disruption budget <name> needs ..." / "... is still being processed")."""
+    m = _BUDGET.search(_cause(exc))
+    return m[1] if m else ""
+
+
+_BUDGET = re.compile(r"The disruption budget (\S+) (?:needs|is still)")
 
 
 def _cause(exc: ApiError) -> str:

@@ -20,6 +20,14 @@ REASONS: tuple[Reason, ...] = (
         "the traffic counters are held (in a dry run, at info: what would be fixed).",
         unknown=True,
     ),
+    Reason(
+        "TrafficDatapathBypass",
+        Severity.WARNING,
+        "The node's traffic does not pass the iptables hooks the counters hang on (Cilium eBPF host routing, "
+        "or most bytes on the uplinks unseen by them): traffic accounting is unknown and its counters withheld.",
+        unknown=True,
+        action="none",
+    ),
 )
 
 METRICS: tuple[MetricSpec, ...] = (
@@ -48,6 +56,17 @@ METRICS: tuple[MetricSpec, ...] = (
         "gauge",
         "1 when the agent's accounting rules were all present and in order after the last run.",
         ("family",),
+    ),
+    MetricSpec(
+        "node_health_traffic_accounting_up",
+        "gauge",
+        "1 while the traffic counters see the node's traffic as far as can be told; 0 when a datapath bypasses "
+        "the iptables hooks (the byte and packet counters are withheld meanwhile).",
+    ),
+    MetricSpec(
+        "node_health_traffic_unseen_ratio",
+        "gauge",
+        "Share of the bytes the uplinks carried in the last judged window that the iptables hooks did not see.",
     ),
     MetricSpec("node_health_traffic_backend_info", "gauge", "1 for the iptables backend in use.", ("backend",)),
 )

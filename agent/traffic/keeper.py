@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+from collections.abc import Hashable
 from typing import TYPE_CHECKING
 
 from ..findings import ObservationBuilder, Severity
 from ..parsers.iptsave import KIND_RULE
+from .datapath import Verdict, Witness, cilium_routing, jump_bytes
 from .detect import Backend, resolve
 from .rule_sync import Outcome, clear_strays, reconcile
 from .rules import DIRECTIONS, FAMILIES, Current, Desired, desired, generation
@@ -30,6 +32,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SUBJECT = "iptables"
+DATAPATH = "datapath"
 
 
 class Keeper:
@@ -46,10 +49,15 @@ class Keeper:
         self.in_place: dict[str, bool] = {}
         self.seen_in_place = {f: False for f in FAMILIES}
         self.errors: dict[str, str] = {}  # key -> last error logged, for "once per state change"
+        self.paths, self.cilium_socket = ctx.paths, cfg.cilium_socket
+        self.witness = Witness(cfg.datapath_window, cfg.datapath_min_bytes)
+        self.verdict: Verdict | None = None
+        self.jumps: dict[Hashable, int] = {}  # our jump rules' byte counters, this run
         forget_tools()  # built at start and on every reload
 
     def known_findings(self) -> list[tuple[str, str]]:
         out = [(SUBJECT, r) for r in ("NotApplicable", "InsufficientPrivilege", "TrafficBackendUnavailable")]
+        out.append((DATAPATH, "TrafficDatapathBypass"))
         return out + [(f, r) for f in self.wanted for r in ("InsufficientPrivilege", "TrafficRulesNotInPlace")]
 
     def run(self, b: ObservationBuilder) -> None:
@@ -58,8 +66,11 @@ class Keeper:
         try:
             backend = self._prepare(b)
             if backend is not None:
+                self.jumps = {}
                 for family in self.wanted:
                     self._family(b, backend, family)
+                if self.jumps:
+                    self._datapath(b)
         finally:
             self._export(b)
             if not self.dry_run:
@@ -123,6 +134,7 @@ class Keeper:
             return
         self._changed(backend, out)
         self._count(family, out.after)
+        self.jumps.update(jump_bytes(family, (r for rules in out.after.rules.values() for r in rules)))
         self.in_place[family] = out.in_place
         self.seen_in_place[family] |= out.in_place
         if out.in_place:
@@ -157,6 +169,26 @@ class Keeper:
                 log.info("%s %s count rule is new or was zeroed; %d bytes counted before it are kept",
                          family, direction, tally.base_bytes)
 
+    # ------------------------------------------------------------ does netfilter see the traffic?
+
+    def _datapath(self, b: ObservationBuilder) -> None:
+        verdict = self.witness.observe(self.paths, self.jumps, v6_unruled="ipv6" not in self.wanted)
+        if cilium_routing(self.paths, self.cilium_socket) == "BPF":
+            unseen = verdict.unseen if verdict is not None else None
+            verdict = Verdict(True, "Cilium's agent reports eBPF host routing (intra-host-routing-mode BPF): pod "
+                              "traffic is routed in BPF and never reaches the host's iptables hooks", unseen)
+        self.verdict = verdict
+        b.sample("node_health_traffic_accounting_up", 0 if verdict is not None and verdict.bypass else 1)
+        if verdict is not None and verdict.unseen is not None:
+            b.sample("node_health_traffic_unseen_ratio", round(verdict.unseen, 4))
+        if verdict is not None and verdict.bypass:
+            b.finding(DATAPATH, "TrafficDatapathBypass", f"{verdict.why}; traffic accounting is unknown, its counters "
+                      "are withheld")
+            cause = "Cilium eBPF host routing" if verdict.why.startswith("Cilium") else "most bytes on the uplinks unseen"
+            self._error(DATAPATH, f"traffic accounting is unknown: the datapath bypasses the iptables hooks ({cause})")
+        else:
+            self._recovered(DATAPATH)
+
     # ------------------------------------------------------------ output
 
     def _detail(self, backend: Backend, family: str) -> str:
@@ -166,8 +198,9 @@ class Keeper:
 
     def _export(self, b: ObservationBuilder) -> None:
         assert self.tallies is not None
+        blind = self.verdict is not None and self.verdict.bypass  # unknown, not a count that misses the traffic
         for family in self.wanted:
-            for direction in DIRECTIONS:
+            for direction in DIRECTIONS if not blind else ():
                 t = self.tallies.get(direction, family)
                 b.sample("node_health_traffic_bytes_total", t.total_bytes, direction=direction, family=family)
                 b.sample("node_health_traffic_packets_total", t.total_packets, direction=direction, family=family)

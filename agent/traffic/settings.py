@@ -36,6 +36,21 @@ class TrafficConfig(CheckConfig):
         check=_network,
     )
 
+    datapath_window: float = opt(
+        300.0,
+        "Window over which the bytes the uplinks carried are compared with the bytes the iptables hooks saw; "
+        "more than half unseen is TrafficDatapathBypass.",
+        duration=True,
+        min=1,
+    )
+    datapath_min_bytes: int = opt(
+        64 << 20, "Bytes the uplinks must carry in a window before it is judged; a quieter window keeps the last verdict.", min=1
+    )
+    cilium_socket: str = opt(
+        "/run/cilium/cilium.sock",
+        "Cilium agent API socket (host path), asked for its host routing mode where a cilium_host device exists.",
+    )
+
     def validate(self) -> tuple[str, str] | None:
         if len(self.internal_ranges) > MAX_RANGES:
             return "internal_ranges", f"expected at most {MAX_RANGES} ranges, got {len(self.internal_ranges)}"

@@ -104,6 +104,20 @@ def test_two_pods_behind_max_unavailable_1_go_one_at_a_time(fake: FakeApiServer,
     assert lists and all(r.query["fieldSelector"] == f"spec.nodeName={NODE}" for r in lists)
 
 
+def test_one_refusal_holds_back_every_pod_of_that_budget(fake: FakeApiServer, tmp_path: Any, clock: Clock) -> None:
+    fake.add_replicaset(APP, "api", 8, NODE, labels={"app": "api"}, ready_after=10)
+    fake.add_pdb(APP, "api", {"app": "api"}, max_unavailable=1)
+    d = drainer(fake, tmp_path, clock)
+    steps = run(d, clock, until=1200)
+    assert steps[-1].done and steps[-1].evicted == 8
+    assert unavailable_peak(fake, APP, "api", 8) == 1
+    refused = [r for r in fake.log(verbs=("create",)) if r.path.endswith("/eviction") and r.status == 429]
+    # The first pass tries each pod once (7 refusals); afterwards the budget "api" is retried as one, not per pod.
+    assert len(refused) <= 7 + 2 * 7, len(refused)
+    lists = [r for r in fake.log(verbs=("list",)) if r.path == "/api/v1/pods"]
+    assert len(lists) < len(steps) / 2, "no list while every pod only waits for its budget's backoff"
+
+
 def test_wait_policy_keeps_the_pod_and_reports_the_timeout(fake: FakeApiServer, tmp_path: Any, clock: Clock) -> None:
     fake.add_pod(APP, "solo", NODE, labels={"app": "solo"}, owner=("ReplicaSet", "solo"))
     fake.add_pdb(APP, "solo", {"app": "solo"}, min_available=1)

@@ -36,16 +36,6 @@ def remediation(fake: FakeApiServer, tmp: Any, node: str = NODE, cfg: Kubernetes
     return KubeRemediation(api, node, uid, cfg, namespace="node-health", rng=random.Random(node))
 
 
-def slots_held_peak(fake: FakeApiServer) -> int:
-    """From the fake's request log: the most disruption Leases held at once."""
-    held = peak = 0
-    for r in fake.log():
-        if f"/namespaces/{DISRUPTION_NS}/leases" in r.path and r.status < 300:
-            held += {"create": 1, "delete": -1}.get(r.verb, 0)
-            peak = max(peak, held)
-    return peak
-
-
 def test_n_agents_with_every_node_faulty_never_disrupt_more_than_b(fake: FakeApiServer, tmp_path: Any) -> None:
     n, b = 10, 3
     fake.set_quota(DISRUPTION_NS, DISRUPTION_QUOTA, b)
@@ -84,7 +74,7 @@ def test_n_agents_with_every_node_faulty_never_disrupt_more_than_b(fake: FakeApi
         t.join(90)
     assert not errors, errors
     assert sorted(handled) == nodes, "all eventually handled"
-    assert slots_held_peak(fake) == b, "never more than B at once, and the budget was used"
+    assert fake.leases_held_peak(DISRUPTION_NS) == b, "never more than B at once, and the budget was used"
     assert not fake.objects("coordination.k8s.io", "leases", DISRUPTION_NS), "every slot released"
     assert not [p for p in fake.pods() if p["spec"]["nodeName"] in nodes], "every node drained"
     waits = [e for e in fake.events() if e["reason"] == "DisruptionBudgetExhausted"]

@@ -277,6 +277,16 @@ class FakeApiServer:
     def pods(self, node: str | None = None) -> list[Obj]:
         return [p for p in self.objects("", "pods") if node is None or p["spec"].get("nodeName") == node]
 
+    def leases_held_peak(self, ns: str | None = None) -> int:
+        """From the request log: the most Leases (budget slots) held at once, in `ns` or anywhere."""
+        held = peak = 0
+        where = f"/namespaces/{ns}/leases" if ns else "/leases"
+        for r in self.log(verbs=("create", "delete")):
+            if where in r.path and r.status < 300:
+                held += 1 if r.verb == "create" else -1
+                peak = max(peak, held)
+        return peak
+
     def tick(self) -> None:
         """Let the kubelets and controllers act at the current clock (requests do this too)."""
         self.workloads.reap()

@@ -51,6 +51,8 @@ def h100(index: int, **extra: object) -> dict[str, object]:
         "pcie.width_max": 16,
         "nvlink.links": 18,
         "field.230": 0,
+        "persistence": 1,
+        "pcie.replay": 0,
         **H100_TELEMETRY,
     }
     fields.update(extra)

@@ -7,11 +7,14 @@
  *
  *   init <code>                 nvmlInitWithFlags returns <code> (e.g. 9 DRIVER_NOT_LOADED)
  *   count <n>                   number of GPUs
- *   hang.<function> <seconds>   that function sleeps first (a call stuck in the driver)
- *   missing.<function> 1        that function answers FUNCTION_NOT_FOUND, as an older driver's would
+ *   hang.<function> <seconds>   that function sleeps first (a call stuck in the driver);
+ *                               -1: until the key is removed (a driver wedged for as long as the test says)
  *   <i>.lost 1                  every call on GPU i returns GPU_IS_LOST (15)
  *   <i>.<field> <value>         a field of GPU i (see the functions below for names)
  *   <i>.<field> NS | LOST | ERR <code>
+ *   <i>.fabric <state> <status> [<healthMask> <healthSummary>]
+ *                               nvmlDeviceGetGpuFabricInfo(V): state 1 NOT_STARTED, 2 IN_PROGRESS, 3 COMPLETED
+ *   missing.<function> 1        that function answers FUNCTION_NOT_FOUND, as an older driver's would
  *   <i>.field.<id>[@<scope>] <value>   a field value (nvmlDeviceGetFieldValues); "@<scope>" names
  *                               one NVLink (scopeId), else the value holds for every scope
  *   <i>.gpm 1                   GPM supported; <i>.gpm.<metric id> <percent> one GPM metric
@@ -29,6 +32,7 @@
  */
 #define _GNU_SOURCE
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -134,8 +138,12 @@ static void maybe_hang(const char *fn) {
     snprintf(key, sizeof key, "hang.%s", fn);
     if (get(key, v, sizeof v)) {
         double s = atof(v);
-        struct timespec ts = {(time_t)s, (long)((s - (time_t)s) * 1e9)};
-        nanosleep(&ts, NULL);
+        struct timespec ts = {(time_t)s, (long)((s - (time_t)s) * 1e9)}, step = {0, 10 * 1000 * 1000};
+        if (s >= 0) {
+            nanosleep(&ts, NULL);
+            return;
+        }
+        while (get(key, v, sizeof v)) nanosleep(&step, NULL);
     }
 }
 
@@ -318,6 +326,49 @@ nvmlReturn_t nvmlDeviceGetCurrPcieLinkGeneration(struct device *d, unsigned *v) 
 nvmlReturn_t nvmlDeviceGetMaxPcieLinkGeneration(struct device *d, unsigned *v) { return field_uint(d, "nvmlDeviceGetMaxPcieLinkGeneration", "pcie.gen_max", v); }
 nvmlReturn_t nvmlDeviceGetCurrPcieLinkWidth(struct device *d, unsigned *v) { return field_uint(d, "nvmlDeviceGetCurrPcieLinkWidth", "pcie.width", v); }
 nvmlReturn_t nvmlDeviceGetMaxPcieLinkWidth(struct device *d, unsigned *v) { return field_uint(d, "nvmlDeviceGetMaxPcieLinkWidth", "pcie.width_max", v); }
+
+nvmlReturn_t nvmlDeviceGetPersistenceMode(struct device *d, int *mode) {
+    unsigned v = 0;
+    nvmlReturn_t rc = field_uint(d, "nvmlDeviceGetPersistenceMode", "persistence", &v);
+    if (rc == OK) *mode = (int)v;
+    return rc;
+}
+
+/* ------------------------------------------------------------------ fabric (nvml.h nvmlGpuFabricInfo_t, _v2, _v3) */
+
+struct fabric_v1 { unsigned char clusterUuid[16]; nvmlReturn_t status; unsigned cliqueId, state; };
+struct fabric_v3 {
+    unsigned version;
+    unsigned char clusterUuid[16];
+    nvmlReturn_t status;
+    unsigned cliqueId, state, healthMask;
+    unsigned char healthSummary; /* v3 only */
+};
+static nvmlReturn_t fabric(struct device *d, const char *fn, unsigned *st, int *status, unsigned *mask, unsigned *summary) {
+    char v[128];
+    nvmlReturn_t rc = field_str(d, fn, "fabric", v, sizeof v);
+    if (rc != OK) return rc;
+    *st = *mask = *summary = 0, *status = 0;
+    sscanf(v, "%u %d %u %u", st, status, mask, summary);
+    return OK;
+}
+nvmlReturn_t nvmlDeviceGetGpuFabricInfo(struct device *d, struct fabric_v1 *info) {
+    unsigned mask, summary;
+    memset(info, 0, sizeof *info);
+    return fabric(d, "nvmlDeviceGetGpuFabricInfo", &info->state, &info->status, &mask, &summary);
+}
+nvmlReturn_t nvmlDeviceGetGpuFabricInfoV(struct device *d, struct fabric_v3 *info) {
+    char v[16];
+    unsigned version = info->version, mask = 0, summary = 0;
+    if (get("fabric_v", v, sizeof v) && atoi(v) == 0) return 13; /* FUNCTION_NOT_FOUND: an older driver */
+    if (version != 0x02000024 && version != 0x3000028) return 25; /* ARGUMENT_VERSION_MISMATCH */
+    memset(info, 0, version == 0x3000028 ? sizeof *info : offsetof(struct fabric_v3, healthSummary));
+    info->version = version;
+    nvmlReturn_t rc = fabric(d, "nvmlDeviceGetGpuFabricInfoV", &info->state, &info->status, &mask, &summary);
+    info->healthMask = mask;
+    if (version == 0x3000028) info->healthSummary = (unsigned char)summary;
+    return rc;
+}
 
 /* ------------------------------------------------------------------ NVLink */
 

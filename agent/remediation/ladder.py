@@ -1,0 +1,495 @@
+"""The ladder: one state machine per node, persisted before every step.
+
+claim a disruption slot → drain (the node, or only the pods holding the
+faulty GPU) → reset the GPU and verify it, or reboot and prove it by a new
+boot ID → released when the fault is gone; repeated uncured reboots, or an
+``rma`` fault, retire the node instead. One fault is handled at a time (the
+strongest action first: a reboot cures a GPU that wanted a reset).
+
+Each step is taken only when the mode allows it (``enforce``, the action
+listed in ``actions``, no dry run, the kill switch not paused); otherwise
+the steps left are exported as would-be with their cause and the exact
+targets are logged, and the ladder waits where it is. `tick` never sleeps:
+the runner's thread calls it on every new snapshot and every ``interval``.
+A cluster call that raises `ApiError`/`Wait` leaves the record as it was;
+the next tick tries again.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import Protocol
+
+from ..catalog import Catalog
+from ..findings import Finding, Sample
+from ..statedir import StateDir
+from .catalog import CHECK
+from .cluster import Cluster, Progress
+from .faults import EPISODE, RANK, Fault, plan
+from .host import Host, Result
+from .record import RECORD_FILE, Episode, Reboot, Record, Retired
+from .settings import RemediationSection
+
+log = logging.getLogger(__name__)
+
+DAY = 86400.0
+REBOOT_RETRY = 600.0  # a reboot command that failed is tried again no sooner (the daily cap counts it)
+REBOOT_OVERDUE = 7200.0  # a requested reboot that has not happened by then is reported (never asked for again)
+MAX_TRANSITIONS = 12  # steps one tick may take (each one persisted)
+
+
+class GpuUsers(Protocol):
+    """Who holds a GPU (`agent.gpu.attribution` behind `runner.Attribution`)."""
+
+    def pods_on_gpu(self, uuid: str) -> frozenset[str] | None:
+        """UIDs of the pods holding the GPU; None: cannot tell (the whole node is drained)."""
+        ...
+
+    def processes_on_gpu(self, uuid: str) -> tuple[int, ...] | None:
+        """PIDs NVML lists on the GPU; None: cannot tell (no reset)."""
+        ...
+
+
+class Ladder:
+    def __init__(
+        self, cfg: RemediationSection, state: StateDir, host: Host, cluster: Cluster, *, catalog: Catalog,
+        users: GpuUsers | None = None, dry_run: bool = False, clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.cfg, self.state, self.host, self.cluster, self.catalog = cfg, state, host, cluster, catalog
+        self.users, self.dry_run, self.clock = users, dry_run, clock
+        self.paused: bool | None = False  # the cluster's kill switch (None: not known yet, wait)
+        had_file = os.path.lexists(self.state.file(RECORD_FILE.name))
+        loaded = state.load(RECORD_FILE)
+        self.rec = loaded or Record()
+        self.damaged = had_file and loaded is None  # it was set aside: what was done before is unknown
+        self.suspect: set[str] | None = None  # faults standing when the record was lost (filled at the 1st tick)
+        self.first_seen: dict[str, float] = {}
+        self.present: dict[str, Fault] = {}
+        self.now = 0.0
+        self.boot = ""
+        self.would: dict[str, str] = {}  # action -> cause
+        self.waiting: dict[str, str] = {}  # on -> message
+        self.failed: dict[str, str] = {}  # action -> message (until the episode ends)
+        self.counts: dict[tuple[str, str], int] = {}
+        self._said: dict[str, str] = {}  # log-once memory
+        self._adopted = False  # a slot held before this process started is claimed again once (the cluster side forgot it)
+
+    # ------------------------------------------------------------ the tick
+
+    def tick(self, faults: Sequence[Fault]) -> None:
+        self.now, self.boot = self.clock(), self.host.boot_id()
+        self.present = {f.key: f for f in faults}
+        self.first_seen = {k: self.first_seen.get(k, self.now) for k in self.present}
+        if self.suspect is None:
+            self.suspect = set(self.present) if self.damaged else set()
+            if self.suspect:
+                log.error("remediation record was damaged: no reboot for the faults standing now (%s)", ", ".join(sorted(self.suspect)))
+        self.suspect &= set(self.present)
+        self.would, self.waiting = {}, {}
+        if self.rec.unretire and self._cause("retire") is None:  # observe, dry run, kill switch: not yet
+            self.cluster.set_retired(False, "un-retired by an operator (agent remediation unretire)")  # + its event
+            log.warning("remediation: the node was un-retired by an operator; reboot history cleared")
+            self.rec.unretire = False
+            self._save()
+        self._remember()
+        if self.rec.retired is not None:
+            self._retired(self.rec.retired)
+            return
+        if self.rec.episode is None:
+            self._start()
+        self._adopt()
+        for _ in range(MAX_TRANSITIONS):
+            ep = self.rec.episode
+            if ep is None or not self._advance(ep):
+                break
+
+    def _remember(self) -> None:
+        """Reboots the same fault came back after; cures and reboots that left the window."""
+        changed = False
+        for key in self.present:
+            last = next((r for r in reversed(self.rec.reboots) if r.key == key and not r.failed), None)
+            if last is not None and not last.back and last.boot_id != self.boot and self._proven(last):
+                last.back, changed = True, True
+                log.warning("%s came back after the reboot of %s: an uncured reboot", key, _utc(last.at))
+        handled = {k: b for k, b in self.rec.handled.items() if k in self.present and b == self.boot}
+        window = self.cfg.retire.window
+        reboots = [r for r in self.rec.reboots if self.now - r.at <= window]
+        if changed or handled != self.rec.handled or len(reboots) != len(self.rec.reboots):
+            self.rec.handled, self.rec.reboots = handled, reboots
+            self._save()
+
+    def _adopt(self) -> None:
+        """A slot the record says is held: the cluster side of a new process does not know it (claiming
+        one's own Lease again is idempotent), so it can renew it and release it at the end."""
+        ep = self.rec.episode
+        if self._adopted or ep is None or not ep.slot:
+            return
+        if not self.cluster.claim_slot(self.now):
+            log.warning("remediation: the disruption slot held before the restart could not be claimed again; going on")
+        self._adopted = True
+
+    def _proven(self, r: Reboot) -> bool:
+        """A reboot entry whose reboot happened (not the one still awaited)."""
+        ep = self.rec.episode
+        return not (ep is not None and ep.step == "rebooting" and ep.boot_id == r.boot_id == self.boot)
+
+    def _start(self) -> None:
+        due = []
+        for f in self.present.values():
+            if f.key in self.rec.handled:
+                continue
+            after = {"reset_gpu": self.cfg.reset_gpu_after, "reboot": self.cfg.reboot_after,
+                     "drain_and_diagnose": self.cfg.drain_after, "rma": self.cfg.rma_after}[f.action]
+            if self.now - self.first_seen[f.key] >= after:
+                due.append(f)
+        if not due:
+            return
+        f = min(due, key=lambda f: (-RANK[EPISODE[f.action]], f.key))
+        ep = Episode(key=f.key, action=EPISODE[f.action], subject=f.subject, step="claim", started=self.now,
+                     step_at=self.now, uuid=f.uuid, gpu=f.gpu, scope="gpu" if f.action == "reset_gpu" else "node")
+        log.warning("remediation: %s (%s) has stood %.0fs: %s", f.key, f.action, self.now - self.first_seen[f.key], f.message)
+        self.rec.episode = ep
+        self._save()
+
+    # ------------------------------------------------------------ steps
+
+    def _advance(self, ep: Episode) -> bool:
+        """One step; True when it moved on (the next one may run in the same tick)."""
+        if ep.step in ("claim", "drain", "reset_gpu", "hold", "reboot", "retire"):
+            if ep.key not in self.present:
+                return self._end(ep, f"{ep.key} cleared before the {ep.step} step; nothing more to do")
+            if self._upgrade(ep):
+                return True
+        return {
+            "claim": self._claim, "drain": self._drain, "reset_gpu": self._reset, "resetting": self._resetting,
+            "verify": self._verify, "reboot": self._reboot, "rebooting": self._rebooting, "settle": self._settle,
+            "hold": self._hold, "retire": self._retire, "release": self._release,
+        }[ep.step](ep)
+
+    def _upgrade(self, ep: Episode) -> bool:
+        """A stronger fault arrived before the act: it takes the episode over (a reboot cures a reset fault too)."""
+        if ep.step not in ("claim", "drain", "reset_gpu", "hold"):
+            return False
+        best = min(self.present.values(), key=lambda f: (-RANK[EPISODE[f.action]], f.key))
+        if RANK[EPISODE[best.action]] > RANK[ep.action]:
+            log.warning("remediation: %s (%s) takes over from %s (%s)", best.key, best.action, ep.key, ep.action)
+            ep.key, ep.action, ep.subject, ep.scope = best.key, EPISODE[best.action], best.subject, "node"
+            return self._go(ep, "drain" if ep.step in ("reset_gpu", "hold") else ep.step)
+        return False
+
+    def _claim(self, ep: Episode) -> bool:
+        if self._blocked(ep, plan(ep.action, "claim")[0]):
+            return False
+        if not self.cluster.claim_slot(self.now):
+            self._wait("slot", "every slot of the fleet's disruption budget is held; waiting for one")
+            self._event_once("DisruptionSlotWaiting", f"{ep.key}: waiting for a disruption slot", warning=True)
+            return False
+        ep.slot, self._adopted = True, True
+        return self._go(ep, "drain")
+
+    def _drain(self, ep: Episode) -> bool:
+        if self._blocked(ep, "drain"):
+            return False
+        only = self._only(ep)
+        progress: Progress = self.cluster.drain(self.now, only)
+        if progress.evicted or progress.blocked:
+            self._say(f"drain:{ep.key}", f"draining for {ep.key}: {progress.evicted} evicted, "
+                      f"blocked by a PodDisruptionBudget: {', '.join(progress.blocked) or 'none'}; "
+                      f"remaining: {', '.join(progress.remaining) or 'none'}")
+        if not (progress.done or progress.timed_out):
+            return False
+        result = "ok" if progress.done else "timed_out"
+        self._count("drain", result)
+        if progress.timed_out:
+            log.warning("drain for %s timed out with %s left; going on", ep.key, ", ".join(progress.remaining) or "pods")
+        nxt = {"reset_gpu": "reset_gpu", "reboot": "reboot", "drain_and_diagnose": "hold", "retire": "retire"}[ep.action]
+        self._event("RemediationDrained", f"{ep.key}: pods evicted ({progress.evicted}, {result}); next: {nxt}")
+        return self._go(ep, nxt)
+
+    def _only(self, ep: Episode) -> frozenset[str] | None:
+        if ep.scope != "gpu":
+            return None
+        pods = self.users.pods_on_gpu(ep.uuid) if (self.users and ep.uuid) else None
+        if pods is None:
+            self._say(f"scope:{ep.key}", f"{ep.key}: which pods hold GPU {ep.uuid or '?'} is unknown; draining the whole node")
+            ep.scope = "node"
+            self._save()
+        return pods
+
+    def _reset(self, ep: Episode) -> bool:
+        gr = self.cfg.gpu_reset
+        if not ep.uuid:
+            return self._escalate(ep, f"the UUID of {ep.subject} is unknown: cannot reset it")
+        mig = self.host.gpu_mig(ep.uuid)
+        if mig and not gr.allow_mig:
+            return self._escalate(ep, f"GPU {ep.uuid} is in MIG mode (gpu_reset.allow_mig = false)")
+        pids = self.users.processes_on_gpu(ep.uuid) if self.users else self.host.gpu_processes(ep.uuid)
+        if pids is None or pids:
+            what = "NVML's process list is unreadable" if pids is None else f"processes {', '.join(map(str, pids))} use it"
+            if self.now - ep.step_at >= gr.busy_timeout:
+                return self._escalate(ep, f"GPU {ep.uuid}: {what} after {gr.busy_timeout:.0f}s")
+            self._wait("gpu_busy", f"GPU {ep.uuid}: {what}; the reset waits")
+            return False
+        if self._blocked(ep, "reset_gpu"):
+            return False
+        self._go(ep, "resetting")  # persisted first: a restart mid-reset verifies, never resets twice
+        res = self.host.reset_gpu(ep.uuid)
+        self._count("reset_gpu", "ok" if res.ok else "failed")
+        log.warning("GPU reset of %s for %s: %s", ep.uuid, ep.key, res.detail)
+        if not res.ok:
+            return self._escalate(ep, f"the reset of GPU {ep.uuid} failed: {res.detail}", failed="reset_gpu")
+        self._event("GpuReset", f"{ep.key}: GPU {ep.uuid} reset; verifying")
+        return self._go(ep, "verify")
+
+    def _resetting(self, ep: Episode) -> bool:
+        log.warning("resuming: the reset of GPU %s was under way when the agent stopped; verifying it", ep.uuid)
+        return self._go(ep, "verify")
+
+    def _verify(self, ep: Episode) -> bool:
+        res = self.host.verify_gpu(ep.uuid, ep.gpu)
+        if not res.ok:
+            return self._escalate(ep, f"GPU {ep.uuid} failed its verification after the reset: {res.detail}", failed="verify")
+        self.rec.handled[ep.key] = self.boot
+        return self._end(ep, f"GPU {ep.uuid} reset and verified ({res.detail})", reason="RemediationSucceeded")
+
+    def _escalate(self, ep: Episode, why: str, failed: str = "") -> bool:
+        if failed:
+            self.failed[failed] = why
+        log.error("remediation: %s; escalating %s to a reboot", why, ep.key)
+        self._event("RemediationEscalated", f"{ep.key}: {why}; escalating to a reboot", warning=True)
+        ep.action, ep.scope, ep.note = "reboot", "node", why[:300]
+        return self._go(ep, "drain")
+
+    def _reboot(self, ep: Episode) -> bool:
+        rs, uncured = self.cfg.reboot, self._uncured(ep.key)
+        if uncured >= self.cfg.retire.after_reboots:
+            ep.action = "retire"
+            ep.note = f"{uncured} reboots did not cure {ep.key} within {self.cfg.retire.window / DAY:g} days"
+            return self._go(ep, "retire")
+        if ep.key in (self.suspect or ()):
+            self._wait("record", f"the remediation record was damaged: no reboot for {ep.key}, which stood before it was lost")
+            return False
+        uptime = self.host.uptime()
+        if uptime is None or uptime < rs.min_uptime:
+            self._wait("uptime", f"uptime {'unknown' if uptime is None else f'{uptime:.0f}s'} is below reboot.min_uptime ({rs.min_uptime:.0f}s)")
+            return False
+        recent = sum(1 for r in self.rec.reboots if self.now - r.at < DAY)
+        if recent >= rs.max_per_day:
+            self._wait("daily_cap", f"{recent} reboots in the last 24h (reboot.max_per_day = {rs.max_per_day})")
+            return False
+        if self.now < ep.retry_at or self._blocked(ep, "reboot"):
+            return False
+        if not self.boot:
+            self._wait("record", "the boot ID is unreadable: a reboot could not be proven, so none is asked for")
+            return False
+        # The record first (atomic): the finding, the time, the boot ID. Killed after this line, the
+        # agent finds "rebooting" with this boot ID and waits for a new one: never a second request.
+        self.rec.reboots.append(Reboot(ep.key, self.now, self.boot))
+        ep.boot_id = self.boot
+        self._go(ep, "rebooting")
+        log.warning("REBOOTING for %s (%s) via %s", ep.key, ep.note or ep.action, self.host.describe_reboot())
+        self._event("RebootRequested", f"{ep.key}: rebooting via {self.cfg.reboot.method}", warning=True)
+        res = self.host.reboot()
+        self._count("reboot", "ok" if res.ok else "failed")
+        if not res.ok:
+            self.rec.reboots[-1].failed = True
+            self.failed["reboot"] = f"the reboot command failed: {res.detail}; trying again in {REBOOT_RETRY:.0f}s"
+            log.error("reboot for %s failed: %s", ep.key, res.detail)
+            ep.retry_at = self.now + REBOOT_RETRY
+            self._go(ep, "reboot")
+        return False
+
+    def _rebooting(self, ep: Episode) -> bool:
+        if self.boot and self.boot != ep.boot_id:
+            log.warning("rebooted (boot ID %s, was %s) for %s; watching whether it comes back", self.boot, ep.boot_id, ep.key)
+            self._event("Rebooted", f"{ep.key}: the node rebooted (new boot ID); watching for {self.cfg.reboot.settle:.0f}s")
+            ep.booted_at = self.now
+            return self._go(ep, "settle")
+        if self.now - ep.step_at >= REBOOT_OVERDUE:
+            self._wait("reboot", f"the reboot asked for at {_utc(ep.step_at)} has not happened; it is not asked for again")
+        else:
+            self._wait("reboot", f"waiting for the reboot asked for at {_utc(ep.step_at)}")
+        return False
+
+    def _settle(self, ep: Episode) -> bool:
+        if ep.key in self.present:
+            ep.note = f"{ep.key} is back after the reboot"
+            ep.action, ep.scope = "reboot", "node"
+            return self._go(ep, "drain")
+        if self.now - ep.booted_at >= self.cfg.reboot.settle:
+            return self._end(ep, f"{ep.key} stayed away {self.cfg.reboot.settle:.0f}s after the reboot", reason="RemediationSucceeded")
+        return False
+
+    def _hold(self, ep: Episode) -> bool:
+        self._say(f"hold:{ep.key}", f"{ep.key} (drain_and_diagnose): the node stays drained until the fault clears")
+        return False
+
+    def _retire(self, ep: Episode) -> bool:
+        if self._blocked(ep, "retire"):
+            return False
+        why = ep.note or f"{ep.key} needs hardware (action rma)"
+        # the condition, the label and the NodeRetired event (the contract's set_retired)
+        self.cluster.set_retired(True, f"{why}: {self.present[ep.key].message if ep.key in self.present else ep.key}")
+        self._count("retire", "ok")
+        log.error("node RETIRED: %s", why)
+        self.rec.retired = Retired(self.now, ep.key, why)
+        return self._go(ep, "release")
+
+    def _release(self, ep: Episode) -> bool:
+        if ep.slot:
+            self.cluster.release_slot(self.now)
+        self.rec.episode = None
+        self.failed = {}
+        self._save()
+        return False
+
+    def _retired(self, r: Retired) -> None:
+        if self.cfg.retire.command and not r.command_done and not self._cause("retire"):
+            r.command_done = True  # recorded first: run once, even if the agent dies while it runs
+            self._save()
+            self._ran("retire", self.host.retire_command())
+        off = self.cfg.retire.power_off_after
+        if off > 0 and not r.powered_off and self.now - r.at >= off and not self._cause("retire"):
+            r.powered_off = True
+            self._save()
+            log.error("powering the retired node off (%.0fs after it was retired)", off)
+            self._ran("power_off", self.host.power_off())
+
+    def _ran(self, action: str, res: Result) -> None:
+        self._count(action, "ok" if res.ok else "failed")
+        (log.info if res.ok else log.error)("%s: %s", action, res.detail)
+        if not res.ok:
+            self.failed[action] = res.detail
+
+    # ------------------------------------------------------------ helpers
+
+    def _go(self, ep: Episode, step: str) -> bool:
+        self.rec.episode = replace(ep, step=step, step_at=self.now)
+        self._save()
+        return True
+
+    def _end(self, ep: Episode, why: str, reason: str = "RemediationDone") -> bool:
+        log.warning("remediation of %s done: %s", ep.key, why)
+        if ep.slot:
+            self._event(reason, f"{ep.key}: {why}")
+        return self._go(ep, "release")
+
+    def _save(self) -> None:
+        self.state.write_json(RECORD_FILE.name, self.rec.to_json())
+
+    def _uncured(self, key: str) -> int:
+        return sum(1 for r in self.rec.reboots if r.key == key and r.back)
+
+    def _cause(self, action: str) -> str | None:
+        """Why this action may not be taken now (None: it may)."""
+        if action == "drain" and not getattr(self.cluster, "present", True):
+            return None  # no cluster: nothing to drain, nothing to withhold
+        if self.cfg.mode == "observe":
+            return "observe"
+        if self.dry_run:
+            return "dry_run"
+        if self.paused is not False:
+            return "kill_switch"
+        return None if action in self.cfg.actions else "disabled"
+
+    def _blocked(self, ep: Episode, action: str) -> bool:
+        cause = self._cause(action)
+        if cause is None:
+            return False
+        present = getattr(self.cluster, "present", True)
+        steps = [a for a in plan(ep.action, ep.step) or (action,) if present or a != "drain"]
+        for a in steps:
+            self.would[a] = self._cause(a) or cause
+        plan_id = f"{ep.key} {ep.action} {ep.step} {ep.scope} {cause}"
+        if self._said.get("would") != plan_id:  # the targets are looked up (a pod list) once per plan, not per tick
+            self._said["would"] = plan_id
+            log.warning("remediation: %s: for %s (%s) the ladder would: %s", cause, ep.key, ep.action, self._targets(ep, steps))
+        return True
+
+    def _targets(self, ep: Episode, steps: Sequence[str]) -> str:
+        out = []
+        for a in steps:
+            if a == "drain":
+                try:
+                    pods = self.cluster.plan_drain(self._only(ep) if ep.scope == "gpu" else None)
+                    out.append(f"drain {len(pods)} pods ({', '.join(pods[:20]) or 'none'})")
+                except Exception as exc:  # an API error only makes the log line vaguer
+                    out.append(f"drain (pods unknown: {exc})")
+            elif a == "reset_gpu":
+                out.append(f"reset GPU {ep.uuid or ep.subject} (nvidia-smi --gpu-reset -i {ep.uuid or '?'})")
+            elif a == "reboot":
+                out.append(f"reboot ({self.host.describe_reboot()})")
+            elif a == "retire":
+                out.append("retire the node" + (f" and run {' '.join(self.cfg.retire.command)}" if self.cfg.retire.command else ""))
+        return "; then ".join(out)
+
+    def _wait(self, on: str, message: str) -> None:
+        self.waiting[on] = message
+        self._say(f"wait:{on}", message)
+
+    def _say(self, key: str, message: str) -> None:
+        if self._said.get(key) != message:
+            self._said[key] = message
+            log.warning("remediation: %s", message)
+
+    def _event(self, reason: str, message: str, warning: bool = False) -> None:
+        try:
+            self.cluster.event(reason, message, warning)
+        except Exception as exc:  # an event is best effort: never redo a step for it
+            log.debug("event %s not sent: %s", reason, exc)
+
+    def _event_once(self, reason: str, message: str, warning: bool = False) -> None:
+        if self._said.get(f"event:{reason}") != message:
+            self._said[f"event:{reason}"] = message
+            self._event(reason, message, warning)
+
+    def _count(self, action: str, result: str) -> None:
+        self.counts[(action, result)] = self.counts.get((action, result), 0) + 1
+
+    # ------------------------------------------------------------ what it reports
+
+    @property
+    def step(self) -> str:
+        if self.rec.retired is not None:
+            return "retired"
+        ep = self.rec.episode
+        if ep is None:
+            return "idle"
+        return {"resetting": "reset_gpu", "release": "idle"}.get(ep.step, ep.step)
+
+    def findings(self) -> tuple[Finding, ...]:
+        out = []
+        if "slot" in self.waiting:
+            out.append(self.catalog.finding(CHECK, "slot", "DisruptionSlotWaiting", self.waiting["slot"]))
+        for on, msg in sorted(self.waiting.items()):
+            if on != "slot":
+                out.append(self.catalog.finding(CHECK, on, "RemediationHeld", msg))
+        for action, msg in sorted(self.failed.items()):
+            out.append(self.catalog.finding(CHECK, action, "RemediationFailed", msg))
+        if self.rec.retired is not None:
+            r = self.rec.retired
+            out.append(self.catalog.finding(CHECK, "node", "NodeRetired", f"retired at {_utc(r.at)}: {r.why}"))
+        return tuple(out)
+
+    def samples(self) -> list[Sample]:
+        mode: str = self.cfg.mode if not self.dry_run else "dry_run"
+        if mode == "enforce" and self.paused is not False:
+            mode = "paused"
+        out = [Sample("node_health_remediation_mode", 1, (("mode", mode),))]
+        out.append(Sample("node_health_remediation_step", 1, (("step", self.step),)))
+        out += [Sample("node_health_remediation_actions_total", n, (("action", a), ("result", r)))
+                for (a, r), n in sorted(self.counts.items())]
+        out += [Sample("node_health_remediation_would", 1, (("action", a), ("cause", c))) for a, c in sorted(self.would.items())]
+        out += [Sample("node_health_remediation_waiting", 1, (("on", on),)) for on in sorted(self.waiting)]
+        out.append(Sample("node_health_remediation_reboots", sum(1 for r in self.rec.reboots if not r.failed)))
+        out.append(Sample("node_health_remediation_uncured_reboots", sum(1 for r in self.rec.reboots if r.back)))
+        out.append(Sample("node_health_remediation_retired", 1 if self.rec.retired else 0))
+        return out
+
+
+def _utc(t: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
