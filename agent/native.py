@@ -26,11 +26,13 @@ from typing import Any, Final, TypeVar
 
 from .parsers import diskstats as _diskstats
 from .parsers import iptsave as _iptsave
+from .parsers import kscreen as _kscreen
 from .parsers import mountinfo as _mountinfo
 from .parsers import netdev as _netdev
 from .parsers import xid as _xid
 from .parsers.diskstats import DiskStats
 from .parsers.iptsave import IptRecord
+from .parsers.kscreen import ScreenHit
 from .parsers.mountinfo import MountInfo
 from .parsers.netdev import NetDevStats
 from .parsers.xid import XidRecord
@@ -55,7 +57,7 @@ __all__ = [
     "parse_xid",
 ]
 
-ABI_VERSION: Final = 2
+ABI_VERSION: Final = 3
 ENV: Final = "NODE_HEALTH_AGENT_PARSERS"
 _CHOICES: Final = ("auto", "native", "python")
 _OK, _ERR_BUFFER, _ERR_ARGS, _ERR_PANIC = 0, 1, 2, -1
@@ -214,12 +216,14 @@ if _lib is not None:
     parse_iptables_save: Callable[[bytes], list[IptRecord]] = _native_parser(
         "nha_parse_iptables_save", IptRecord, 4, 4, strings_first=False
     )
+    parse_kscreen: Callable[[bytes], list[ScreenHit]] = _native_parser("nha_parse_kscreen", ScreenHit, 2, 0, strings_first=False)
 else:
     parse_net_dev = _netdev.parse
     parse_diskstats = _diskstats.parse
     parse_mountinfo = _mountinfo.parse
     parse_xid = _xid.parse
     parse_iptables_save = _iptsave.parse
+    parse_kscreen = _kscreen.parse
 
 PYTHON_TWINS: Final = {  # keyed by the name after "nha_parse_"
     "net_dev": _netdev.parse,
@@ -227,6 +231,7 @@ PYTHON_TWINS: Final = {  # keyed by the name after "nha_parse_"
     "mountinfo": _mountinfo.parse,
     "xid": _xid.parse,
     "iptables_save": _iptsave.parse,
+    "kscreen": _kscreen.parse,
 }
 
 

@@ -293,7 +293,7 @@ class XidSource:
         with self.lock:
             record_seq = self.stream.record_seq
             fresh = [r for r in records if r.seq is None or record_seq(r.seq)]
-            self.stream.records_read += len(records)
+            self.stream.records_read += len(fresh)  # a reopen for a late subscriber re-reads the ring: not twice
             self._dirty = self._dirty or bool(records)
         batch = events_from(fresh, self._context, backlog, time.monotonic())
         if batch.foreign:

@@ -34,6 +34,9 @@ class FaultPattern:
     window: float = 10 * MINUTE
     hold: float | None = HOUR  # after the last match; None: until the node reboots
     summary: str = ""
+    # (prefix, needle) pairs, one of which every message the pattern matches starts with (and holds
+    # the needle after it): the native screen (agent.kernel.patterns). Empty: screened by the regex.
+    screen: tuple[tuple[str, str], ...] = ()
 
 
 def _p(name: str, reason: str, severity: Severity, action: str, pattern: str, summary: str, **kw: object) -> FaultPattern:
@@ -47,99 +50,123 @@ PATTERNS: tuple[FaultPattern, ...] = (
     _p("hung_task", "KernelHungTask", _WARN, "none",
        r"INFO: task .+:\d+ blocked for more than \d+ seconds\.",
        "A task was in uninterruptible sleep longer than kernel.hung_task_timeout_secs (at most hung_task_warnings reports a boot).",
-       hold=30 * MINUTE),
+       hold=30 * MINUTE,
+       screen=(('INFO: task ', 'blocked for more than'),)),
     # kernel/rcu/tree_stall.h: pr_err("INFO: %s self-detected stall on CPU") / "detected stalls on CPUs/tasks:"
     _p("rcu_stall", "KernelRcuStall", _WARN, "none",
        r"(?:rcu: )?INFO: rcu_(?:sched|preempt|bh) (?:self-detected stall on CPU|detected stalls? on CPUs?)",
        "An RCU grace period stalled: a CPU did not pass a quiescent state for rcu_cpu_stall_timeout.",
-       hold=30 * MINUTE),
+       hold=30 * MINUTE,
+       screen=(('rcu: INFO: rcu_', ''), ('INFO: rcu_', ''))),
     # kernel/watchdog.c: pr_emerg("BUG: soft lockup - CPU#%d stuck for %us! [%s:%d]\n"), pr_fmt "watchdog: "
     _p("soft_lockup", "KernelSoftLockup", _WARN, "none",
        r"(?:watchdog: )?BUG: soft lockup - CPU#\d+ stuck for \d+s!",
        "A CPU ran kernel code without scheduling for longer than the soft-lockup threshold.",
-       hold=30 * MINUTE),
+       hold=30 * MINUTE,
+       screen=(('watchdog: BUG: soft lockup', ''), ('BUG: soft lockup', ''))),
     # kernel/watchdog.c (perf and buddy detectors): "Watchdog detected hard LOCKUP on cpu %d"
     _p("hard_lockup", "KernelHardLockup", _CRIT, "reboot",
        r"(?:(?:NMI )?watchdog: )?Watchdog detected hard LOCKUP on cpu \d+",
-       "A CPU stopped taking interrupts (hard lockup): the kernel cannot be trusted until a reboot.", hold=None),
+       "A CPU stopped taking interrupts (hard lockup): the kernel cannot be trusted until a reboot.", hold=None,
+       screen=(('watchdog: Watchdog detected hard LOCKUP', ''), ('NMI watchdog: Watchdog detected hard LOCKUP', ''), ('Watchdog detected hard LOCKUP', ''))),
     # arch/x86/mm/fault.c, arch/x86/kernel/dumpstack.c, lib/bug.c, arch/x86/kernel/traps.c
     _p("kernel_oops", "KernelOops", _CRIT, "reboot",
        r"(?:Oops: |kernel BUG at \S+:\d+!|general protection fault|divide error: \d+ \[#\d+\]"
        r"|BUG: unable to handle |BUG: kernel NULL pointer dereference)",
        "A kernel oops (page fault in the kernel, general protection fault, BUG_ON): a task died holding kernel state.",
-       hold=None),
+       hold=None,
+       screen=(('Oops: ', ''), ('kernel BUG at ', ''), ('general protection fault', ''), ('divide error: ', ''), ('BUG: unable to handle ', ''), ('BUG: kernel NULL pointer dereference', ''))),
     # kernel/panic.c: pr_emerg("Kernel panic - not syncing: %s\n"); seen in saved logs (scan-log), pstore
     _p("kernel_panic", "KernelPanic", _CRIT, "reboot", r"Kernel panic - not syncing: ",
-       "The kernel panicked (seen in a saved log or a console capture).", hold=None),
+       "The kernel panicked (seen in a saved log or a console capture).", hold=None,
+       screen=(('Kernel panic - not syncing: ', ''),)),
     # any other "BUG: " report: scheduling while atomic, Bad page state, workqueue lockup, ...
     _p("kernel_bug", "KernelBug", _WARN, "none", r"BUG: ",
-       "Another kernel BUG report (scheduling while atomic, bad page state, workqueue lockup, ...).", hold=HOUR),
+       "Another kernel BUG report (scheduling while atomic, bad page state, workqueue lockup, ...).", hold=HOUR,
+       screen=(('BUG: ', ''),)),
     # mm/oom_kill.c: "%s: Killed process %d (%s) total-vm:..." where %s is "Out of memory" or
     # "Memory cgroup out of memory"; older kernels: "Killed process %d (%s) total-vm:..." alone.
     # One kill is one match: "invoked oom-killer" and "oom-kill:constraint=" lines of the same report are not counted.
     _p("oom_kill", "KernelOomKill", _WARN, "none",
        r"(?:Out of memory: )?Killed process \d+ \(",
-       "The kernel's OOM killer killed a process because the node ran out of memory.", hold=10 * MINUTE),
+       "The kernel's OOM killer killed a process because the node ran out of memory.", hold=10 * MINUTE,
+       screen=(('Out of memory: Killed process ', ''), ('Killed process ', ''))),
     _p("memcg_oom_kill", "KernelMemcgOomKill", _INFO, "none",
        r"Memory cgroup out of memory: Killed process \d+ \(",
        "A process was killed at its cgroup's memory limit (a container over its limit; the node is fine).",
-       hold=10 * MINUTE),
+       hold=10 * MINUTE,
+       screen=(('Memory cgroup out of memory: Killed process ', ''),)),
     # arch/x86/kernel/cpu/mce/core.c (pr_fmt "mce: ", HW_ERR "[Hardware Error]: "); rate-limited to 2 a minute
     _p("machine_check", "MachineCheck", _WARN, "none",
        r"mce: \[Hardware Error\]: (?:Machine check events logged|CPU \d+: Machine Check)",
-       "A machine check was logged (CPU, cache or memory); EDAC's counts say whether it was corrected."),
+       "A machine check was logged (CPU, cache or memory); EDAC's counts say whether it was corrected.",
+       screen=(('mce: [Hardware Error]: ', ''),)),
     # mm/memory-failure.c: pr_fmt "Memory failure: ", "%#lx: recovery action for %s: %s"
     _p("memory_failure", "MemoryFailure", _WARN, "none", r"Memory failure: 0x[0-9a-f]+: ",
-       "The kernel poisoned a page after an uncorrected memory error (memory-failure handling)."),
+       "The kernel poisoned a page after an uncorrected memory error (memory-failure handling).",
+       screen=(('Memory failure: 0x', ''),)),
     # drivers/acpi/apei/ghes.c + drivers/firmware/efi/cper.c: "{%u}[Hardware Error]: event severity: %s"
     _p("hw_error_fatal", "HardwareErrorFatal", _CRIT, "drain_and_diagnose",
        r"\{\d+\}\[Hardware Error\]: event severity: fatal",
-       "Firmware (APEI GHES / CPER) reported a fatal hardware error.", hold=None),
+       "Firmware (APEI GHES / CPER) reported a fatal hardware error.", hold=None,
+       screen=(('{', '[Hardware Error]: event severity: fatal'),)),
     _p("hw_error_recoverable", "HardwareErrorRecoverable", _WARN, "drain_and_diagnose",
        r"\{\d+\}\[Hardware Error\]: event severity: recoverable",
-       "Firmware (APEI GHES / CPER) reported an uncorrected, recoverable hardware error."),
+       "Firmware (APEI GHES / CPER) reported an uncorrected, recoverable hardware error.",
+       screen=(('{', '[Hardware Error]: event severity: recoverable'),)),
     _p("hw_error_corrected", "HardwareErrorCorrected", _INFO, "none",
        r"(?:\{\d+\}\[Hardware Error\]: event severity: corrected|(?:mce: )?\[Hardware Error\]: Corrected error, no action required)",
-       "A corrected hardware error was reported (counted; the EDAC check judges the rate)."),
+       "A corrected hardware error was reported (counted; the EDAC check judges the rate).",
+       screen=(('{', '[Hardware Error]: event severity: corrected'), ('[Hardware Error]: Corrected error', ''), ('mce: [Hardware Error]: Corrected error', ''))),
     # drivers/edac/edac_mc.c: "EDAC MC%d: %d CE %s on %s (...)" (KERN_WARNING) / "... UE ..." (KERN_EMERG)
     _p("edac_ue", "EdacUncorrectedLogged", _CRIT, "drain_and_diagnose", r"EDAC MC\d+: \d+ UE ",
-       "EDAC logged an uncorrected memory error.", hold=None),
+       "EDAC logged an uncorrected memory error.", hold=None,
+       screen=(('EDAC MC', ' UE '),)),
     _p("edac_ce", "EdacCorrectedLogged", _INFO, "none", r"EDAC MC\d+: \d+ CE ",
-       "EDAC logged corrected memory errors (counted; the EDAC check judges the rate)."),
+       "EDAC logged corrected memory errors (counted; the EDAC check judges the rate).",
+       screen=(('EDAC MC', ' CE '),)),
     # drivers/net/ethernet/mellanox/mlx5/core/cmd.c: "%s(0x%x) timeout. Will cause a leak of a command resource"
     _p("mlx5_cmd_timeout", "Mlx5CommandTimeout", _CRIT, "reboot",
        r"mlx5_core \S+: .*\(0x[0-9a-f]+\) timeout\. Will cause a leak of a command resource",
-       "A ConnectX (mlx5) firmware command timed out: the adapter's firmware no longer answers.", hold=None),
+       "A ConnectX (mlx5) firmware command timed out: the adapter's firmware no longer answers.", hold=None,
+       screen=(('mlx5_core ', ') timeout. Will cause a leak of a command resource'),)),
     # .../mlx5/core/health.c: poll_health, print_health_info, mlx5_fw_fatal_reporter_err_work
     _p("mlx5_fatal", "Mlx5Fatal", _CRIT, "reboot",
        r"mlx5_core \S+: .*(?:device's health compromised - reached miss count|unrecoverable hardware error"
        r"|Fatal error \d+ detected|Driver is in error state\. Unloading)",
        "A ConnectX (mlx5) adapter is in a fatal state (health counter stopped, unrecoverable error, FW fatal).",
-       hold=None),
+       hold=None,
+       screen=(('mlx5_core ', "device's health compromised - reached miss count"), ('mlx5_core ', 'unrecoverable hardware error'), ('mlx5_core ', 'Fatal error '), ('mlx5_core ', 'Driver is in error state. Unloading'))),
     # net/sched/sch_generic.c: "NETDEV WATCHDOG: %s (%s): transmit queue %u timed out"
     _p("tx_timeout", "NetdevTxTimeout", _WARN, "none",
        r"NETDEV WATCHDOG: \S+ \(\S+\): transmit queue \d+ timed out",
-       "A NIC transmit queue stalled and the driver reset it.", hold=30 * MINUTE),
+       "A NIC transmit queue stalled and the driver reset it.", hold=30 * MINUTE,
+       screen=(('NETDEV WATCHDOG: ', 'transmit queue '),)),
     # drivers/nvme/host/pci.c nvme_timeout: "I/O %d QID %d timeout, ..." / "I/O tag %d (%04x) opcode ... QID %d timeout, ..."
     _p("nvme_timeout", "NvmeTimeout", _WARN, "none", r"nvme nvme\d+: I/O (?:tag )?\d+ .*QID \d+ timeout",
-       "An NVMe command timed out (the driver aborts it or resets the controller)."),
+       "An NVMe command timed out (the driver aborts it or resets the controller).",
+       screen=(('nvme nvme', ' timeout'),)),
     _p("nvme_reset", "NvmeControllerReset", _WARN, "none", r"nvme nvme\d+: controller is down; will reset",
-       "An NVMe controller stopped answering and is being reset."),
+       "An NVMe controller stopped answering and is being reset.",
+       screen=(('nvme nvme', 'controller is down; will reset'),)),
     _p("nvme_failed", "NvmeControllerFailed", _CRIT, "drain_and_diagnose",
        r"nvme nvme\d+: (?:Removing after probe failure|Device not ready; aborting|Disabling device after reset failure)",
-       "An NVMe controller failed its reset and was removed: its namespaces are gone.", hold=None),
+       "An NVMe controller failed its reset and was removed: its namespaces are gone.", hold=None,
+       screen=(('nvme nvme', 'Removing after probe failure'), ('nvme nvme', 'Device not ready; aborting'), ('nvme nvme', 'Disabling device after reset failure'))),
     # block/blk-core.c blk_print_req_error ("%s error, dev %s, sector %llu ..."; older "blk_update_request: "),
     # fs/buffer.c "Buffer I/O error on dev %pg, logical block %llu". The disk check counts SCSI ioerr_cnt
     # and ext4's error counter for its mounts; these lines cover every device (NVMe, virtio) and filesystem.
     _p("block_io_error", "BlockIOError", _WARN, "none",
        r"(?:blk_update_request: )?(?:I/O|critical medium|critical target|critical nexus|recoverable transport|timeout)"
        r" error, dev \S+, sector \d+|Buffer I/O error on dev(?:ice)? \S+, ",
-       "The block layer failed an I/O on a device (medium, transport or timeout error)."),
+       "The block layer failed an I/O on a device (medium, transport or timeout error).",
+       screen=(('blk_update_request: ', ' error, dev '), ('I/O error, dev ', ''), ('critical ', ' error, dev '), ('recoverable transport error, dev ', ''), ('timeout error, dev ', ''), ('Buffer I/O error on dev', ''))),
     # fs/xfs/xfs_fsops.c xfs_do_force_shutdown: "Corruption of in-memory data (0x%x) detected ... Shutting down filesystem"
     _p("xfs_shutdown", "FilesystemShutdown", _CRIT, "drain_and_diagnose",
        r"XFS \(\S+\): .*(?:Shutting down filesystem|Filesystem has been shut down)",
        "An XFS filesystem shut itself down after an I/O error or corruption: it fails every operation until remounted.",
-       hold=None),
+       hold=None,
+       screen=(('XFS (', 'Shutting down filesystem'), ('XFS (', 'Filesystem has been shut down'))),
 )
 
 

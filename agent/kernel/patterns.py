@@ -1,12 +1,15 @@
 """The fault table compiled once, and matched against many messages at a time.
 
-Matching is two steps: one regular expression made of every pattern of the
-table (an alternation, anchored at the message's start) screens the messages,
-and only a message it matches is tried against the patterns one by one, in
-table order, to say which. A kernel log is almost all messages that match
-nothing, and for those the screen is one call into the regex engine, which
-rejects most of them on their first character (benches/README.md, the kernel
-log scanner).
+Matching is two steps. A screen picks the candidates: every built-in pattern
+declares the literal prefixes its messages start with (and a needle they
+hold after it), checked for a whole batch in one call of the native
+extension (`native/src/kscreen.rs`, twin `agent/parsers/kscreen.py`); an
+operator's pattern, which declares none, is screened by its own regex (one
+alternation of all of them). Only a candidate is tried against the patterns
+one by one, in table order, to say which. A kernel log is almost all
+messages that match nothing, and in Python the regex screen alone cost as
+much as the Xid follower's whole work (benches/README.md, the kernel log
+scanner).
 
 `message_of` takes the message out of a saved log's line (``dmesg``,
 ``dmesg -T``, ``journalctl -k``, raw ``/dev/kmsg`` records, syslog files), so
@@ -19,7 +22,9 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
+from .. import native
 from ..findings import Severity
+from ..parsers.kscreen import spec
 from .catalog import OPERATOR_REASON, PATTERNS, FaultPattern
 
 NAME = re.compile(r"[a-z0-9_]{1,64}")
@@ -56,18 +61,36 @@ class Table:
         self.patterns = tuple(patterns)
         self.by_name = {p.name: p for p in self.patterns}
         self._each = [(re.compile(p.pattern.encode()), p) for p in self.patterns]
-        screen = b"|".join(b"(?:" + p.pattern.encode() + b")" for p in self.patterns) or b"(?!)"
-        self._screen = re.compile(screen)
+        entries = [entry for p in self.patterns for entry in p.screen]
+        self._spec = spec(entries) + b"\0" if entries else b""
+        rest = [p for p in self.patterns if not p.screen]  # an operator's: screened by their regex
+        self._rest = re.compile(b"|".join(b"(?:" + p.pattern.encode() + b")" for p in rest)) if rest else None
 
     def scan(self, messages: Sequence[bytes]) -> list[Match]:
+        """The messages that a pattern matches, with the first pattern (in table
+        order) that does. The screen (native) and the regex of the unscreened
+        patterns pick the candidates; every pattern's screen accepts every
+        message the pattern matches (tests hold it), so only candidates are tried."""
+        hits = [h.line for h in native.parse_kscreen(self._spec + b"\n".join(messages))] if self._spec else []
+        if self._rest is not None:
+            more = [i for i, m in enumerate(map(self._rest.match, messages)) if m is not None]
+            hits = sorted(set(hits).union(more))
         out: list[Match] = []
-        hits = [i for i, m in enumerate(map(self._screen.match, messages)) if m is not None]
         for i in hits:
             msg = messages[i]
             for rx, p in self._each:
                 if rx.match(msg):
                     out.append(Match(i, p))
                     break
+        return out
+
+    def scan_regex_only(self, messages: Sequence[bytes]) -> list[Match]:
+        """`scan` without the screen: every message tried against every pattern (the tests' oracle)."""
+        out = []
+        for i, msg in enumerate(messages):
+            p = next((p for rx, p in self._each if rx.match(msg)), None)
+            if p is not None:
+                out.append(Match(i, p))
         return out
 
     def match(self, message: bytes) -> FaultPattern | None:
@@ -91,6 +114,8 @@ def build(
             if problem:
                 raise PatternError(problem)
         if name in index:
+            if "pattern" in fields:  # its own regex: the built-in's screen no longer says what it matches
+                fields = {**fields, "screen": ()}
             table[index[name]] = replace(table[index[name]], **fields)  # type: ignore[arg-type]
             continue
         if not fields.get("pattern"):

@@ -30,7 +30,7 @@ from ..sources import Emit
 from ..statedir import StateDir, StateFile, boot_id, obj, text
 from .catalog import CATALOG
 from .faults import CHECK, FaultTracker, check_saved
-from .patterns import Table, message_of
+from .patterns import Match, Table, message_of
 
 if TYPE_CHECKING:
     from ..check import CheckContext
@@ -51,17 +51,19 @@ def _parse(raw: Any) -> tuple[str, dict[str, Any]]:
 KERNEL_LOG_FILE = StateFile(STATE_FILE, _parse)
 
 
-def messages(records: Iterable[Record]) -> tuple[list[Record], list[bytes], list[Record], list[bytes]]:
-    """(kernel records, their messages, records a process wrote, their messages).
-    A line without a kmsg header (a file of dmesg text) is the kernel's, its prefix cut off."""
-    mine: list[Record] = []
-    foreign: list[Record] = []
-    for r in records:
-        (mine if r.prio is None or r.prio >> 3 == KERNEL else foreign).append(r)
-    return (
-        mine, [r.message if r.prio is not None else message_of(r.message) for r in mine],
-        foreign, [r.message for r in foreign],
-    )
+def messages(records: list[Record]) -> list[bytes]:
+    """The message of each record; a line without a kmsg header (a file of dmesg text) has its prefix cut off."""
+    return [r.message if r.prio is not None else message_of(r.message) for r in records]
+
+
+def split(records: list[Record], found: list[Match]) -> tuple[list[Match], list[Match]]:
+    """The matches in the kernel's records, and those in records a process wrote."""
+    mine: list[Match] = []
+    foreign: list[Match] = []
+    for m in found:
+        prio = records[m.index].prio
+        (mine if prio is None or prio >> 3 == KERNEL else foreign).append(m)
+    return mine, foreign
 
 
 class KernelLogSource:
@@ -121,14 +123,13 @@ class KernelLogSource:
             return
         with self.lock:
             fresh = [r for r in records if r.seq is None or self.tracker.record_seq(r.seq)]
-        mine, texts, foreign, foreign_texts = messages(fresh)
-        found = self.table.scan(texts)
-        spoofed = self.table.scan(foreign_texts) if foreign else []
+        texts = messages(fresh)
+        found, spoofed = split(fresh, self.table.scan(texts))
         now = time.monotonic()
         with self.lock:
             changed = self.tracker.expire()
             for m in found:
-                rec = mine[m.index]
+                rec = fresh[m.index]
                 at = rec.usec / 1e6 if backlog and rec.usec is not None else now
                 changed = self.tracker.add(m.pattern, texts[m.index], at) or changed
             if spoofed:
@@ -141,7 +142,7 @@ class KernelLogSource:
                 self._publish()
         if spoofed and not self._foreign_logged:
             self._foreign_logged = True
-            rec = foreign[spoofed[0].index]
+            rec = fresh[spoofed[0].index]
             log.warning(
                 "kernel log record %s was written by a process (syslog facility %s), not by the kernel: it looks like "
                 "a kernel fault (%s) but is none; such records are only counted in "
@@ -199,12 +200,12 @@ def scan_once_unless_live(ctx: CheckContext, cfg: KernelConfig, b: ObservationBu
     finally:
         k.close()
     tracker = FaultTracker(cfg.table())
-    mine, texts, foreign, foreign_texts = messages(records)
-    for m in tracker.table.scan(texts):
-        rec = mine[m.index]
+    texts = messages(records)
+    found, spoofed = split(records, tracker.table.scan(texts))
+    for m in found:
+        rec = records[m.index]
         tracker.add(m.pattern, texts[m.index], rec.usec / 1e6 if rec.usec is not None else time.monotonic())
     for f in tracker.findings():
         b.finding(f.subject, f.reason, f.message, severity=f.severity, action=f.action)
-    spoofed = len(tracker.table.scan(foreign_texts)) if foreign else 0
-    ignored = f", {spoofed} written by processes ignored" if spoofed else ""
+    ignored = f", {len(spoofed)} written by processes ignored" if spoofed else ""
     b.subject("kernel-log", f"{len(records)} kernel log records scanned, {sum(tracker.counts.values())} faults{ignored}")

@@ -135,7 +135,7 @@ fn has_byte(w: u64, b: u8) -> bool {
 /// First occurrence of `n` in `h`: eight bytes at a time for the first byte,
 /// then a compare. This runs over every byte of every line, and the markers
 /// start with upper-case letters that are rare in kernel text.
-fn find(h: &[u8], n: &[u8]) -> Option<usize> {
+pub(crate) fn find(h: &[u8], n: &[u8]) -> Option<usize> {
     let (&first, rest) = n.split_first()?;
     let end = h.len().checked_sub(n.len())? + 1; // candidate starts are < end
     let mut i = 0;

@@ -47,7 +47,7 @@ def fallback_series() -> dict[str, float]:
 
 
 def test_every_parser_is_exported_at_zero_until_it_falls_back() -> None:
-    assert set(fallback_series()) == {"net_dev", "diskstats", "mountinfo", "xid", "iptables_save"}
+    assert set(fallback_series()) == {"net_dev", "diskstats", "mountinfo", "xid", "iptables_save", "kscreen"}
     assert fallback_series() == native.fallbacks()
 
 
@@ -60,7 +60,7 @@ def test_a_fallback_is_counted_per_parser_logged_once_and_on_metrics(caplog: pyt
         assert native.parse_diskstats(b"   8       0 sda 1 2 3 4 5 6 7 8 9 10 11\n")[0].name == "sda"  # no NUL
     after = native.fallbacks()
     assert {k: after[k] - before[k] for k in after} == {
-        "net_dev": 3, "diskstats": 0, "mountinfo": 0, "xid": 0, "iptables_save": 0
+        "net_dev": 3, "diskstats": 0, "mountinfo": 0, "xid": 0, "iptables_save": 0, "kscreen": 0
     }
     logged = [r.getMessage() for r in caplog.records if "net_dev" in r.getMessage()]
     assert len(logged) <= 1  # once per process: an earlier test may have logged it already
@@ -79,7 +79,7 @@ def test_the_first_fallback_is_logged_in_a_fresh_process() -> None:
     )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
     assert res.returncode == 0, res.stderr
-    assert res.stdout.strip() == str({"net_dev": 5, "diskstats": 0, "mountinfo": 0, "xid": 0, "iptables_save": 0})
+    assert res.stdout.strip() == str({"net_dev": 5, "diskstats": 0, "mountinfo": 0, "xid": 0, "iptables_save": 0, "kscreen": 0})
     warnings = [line for line in res.stderr.splitlines() if line.startswith("agent.native ")]
     assert len(warnings) == 1 and "native parser net_dev" in warnings[0], res.stderr
 

@@ -1,0 +1,45 @@
+"""The kernel-fault table's screen (twin of `native/src/kscreen.rs`): which
+messages start with one of the table's literal prefixes, and contain the
+entry's needle after it where the entry names one.
+
+Input: the screen, a NUL byte, then the messages separated by ``\\n``. The
+screen is its entries separated by 0x1e, each ``prefix`` or ``prefix 0x1f
+needle``; an entry with an empty prefix is ignored; no NUL byte: no screen,
+nothing matches. Record: ``line`` (0-based), ``entry`` (the index of the
+first entry, in screen order, that accepts the line).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+ENTRY, NEEDLE = b"\x1e", b"\x1f"
+
+
+class ScreenHit(NamedTuple):
+    line: int
+    entry: int
+
+
+def spec(entries: list[tuple[str, str]]) -> bytes:
+    """The screen of (prefix, needle) entries, as the parser takes it before the NUL byte."""
+    return ENTRY.join(p.encode() + (NEEDLE + n.encode() if n else b"") for p, n in entries)
+
+
+def parse(data: bytes) -> list[ScreenHit]:
+    screen, sep, text = data.partition(b"\0")
+    if not sep:
+        return []
+    by_first: dict[int, list[tuple[int, bytes, bytes]]] = {}
+    if screen:
+        for k, e in enumerate(screen.split(ENTRY)):
+            prefix, _, needle = e.partition(NEEDLE)
+            if prefix:
+                by_first.setdefault(prefix[0], []).append((k, prefix, needle))
+    out = []
+    for i, msg in enumerate(text.split(b"\n")):
+        for k, prefix, needle in by_first.get(msg[0], ()) if msg else ():
+            if msg.startswith(prefix) and (not needle or needle in msg[len(prefix):]):
+                out.append(ScreenHit(i, k))
+                break
+    return out

@@ -1,0 +1,97 @@
+//! The kernel-fault table's screen: which kernel messages start with one of
+//! the table's literal prefixes (and, where an entry names one, contain its
+//! needle after the prefix). Only those lines go on to the table's regular
+//! expressions in Python (`agent.kernel.patterns.Table.scan`); a kernel log is
+//! almost all lines that no pattern matches, and this rejects them at the cost
+//! of one look at their first byte.
+//!
+//! Input: the screen, a NUL byte, then the messages separated by `\n`. The
+//! screen is its entries separated by 0x1e, each `prefix` or `prefix 0x1f
+//! needle`; an entry with an empty prefix is ignored. Without a NUL byte there
+//! is no screen and nothing matches.
+//!
+//! Record: 2 numbers (the message's 0-based line, the index of the first entry
+//! in screen order that accepts it), no strings. Twin: `agent/parsers/kscreen.py`.
+
+use crate::ffi::Out;
+use crate::scan::{find_byte, line_end};
+use crate::xid::find;
+
+pub fn parse(input: &[u8], out: &mut Out) {
+    let Some(z) = find_byte(0, input) else { return };
+    let (spec, text) = (&input[..z], &input[z + 1..]);
+    let mut entries: Vec<(&[u8], &[u8])> = Vec::new();
+    if !spec.is_empty() {
+        for e in spec.split(|&b| b == 0x1e) {
+            entries.push(match e.iter().position(|&b| b == 0x1f) {
+                Some(k) => (&e[..k], &e[k + 1..]),
+                None => (e, &b""[..]),
+            });
+        }
+    }
+    let mut by_first: Vec<Vec<usize>> = vec![Vec::new(); 256];
+    for (k, (prefix, _)) in entries.iter().enumerate() {
+        if let Some(&b) = prefix.first() {
+            by_first[b as usize].push(k);
+        }
+    }
+    let (mut start, mut line) = (0usize, 0u64);
+    while start <= text.len() {
+        let end = line_end(text, start);
+        let msg = &text[start..end];
+        if let Some(&b) = msg.first() {
+            for &k in &by_first[b as usize] {
+                let (prefix, needle) = entries[k];
+                if msg.starts_with(prefix) && (needle.is_empty() || find(&msg[prefix.len()..], needle).is_some()) {
+                    out.num(line);
+                    out.num(k as u64);
+                    out.end_record();
+                    break;
+                }
+            }
+        }
+        start = end + 1;
+        line += 1;
+    }
+}
+
+/// # Safety
+/// See `ffi::run_parser`.
+#[no_mangle]
+pub unsafe extern "C" fn nha_parse_kscreen(
+    input: *const u8,
+    input_len: usize,
+    nums: *mut u64,
+    nums_cap: usize,
+    strs: *mut u8,
+    strs_cap: usize,
+    counts: *mut usize,
+) -> i32 {
+    crate::ffi::run_parser(input, input_len, nums, nums_cap, strs, strs_cap, counts, parse)
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::ffi::collect;
+
+    fn run(input: &[u8]) -> Vec<(u64, u64)> {
+        collect(super::parse, input, 2).into_iter().map(|(n, _)| (n[0], n[1])).collect()
+    }
+
+    #[test]
+    fn first_entry_that_accepts_each_line() {
+        let input = b"BUG: \x1eINFO: task \x1emlx5_core \x1ftimeout. Will\x1emlx5_core \x1fFatal error\0\
+INFO: task x:1 blocked\nhello\nBUG: soft lockup\n\nmlx5_core 0000:41:00.0: Fatal error 1 detected\nmlx5_core 0: E-Switch";
+        assert_eq!(run(input), vec![(0, 1), (2, 0), (4, 3)]);
+    }
+
+    #[test]
+    fn no_screen_or_empty_prefixes_match_nothing() {
+        assert_eq!(run(b"BUG: x\nOops"), vec![]);
+        assert_eq!(run(b"\0BUG: x"), vec![]);
+        assert_eq!(run(b"\x1fBUG\0BUG: x"), vec![]);
+        assert_eq!(run(b"BUG\0"), vec![]);
+        assert_eq!(run(b"BUG\0BUG"), vec![(0, 0)]);
+        assert_eq!(run(b"mlx5 \x1fabc\0mlx5 ab\nmlx5 xabc\nmlx5abc"), vec![(1, 0)]);
+    }
+}
