@@ -15,14 +15,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 
 from ..catalog import Catalog
 from ..findings import Finding, Sample
 from ..gpu.attribution import AttributionError, GpuAttribution
 from ..gpu.settings import GpuConfig, GpuPodsConfig, nvml_library
 from ..hostpaths import HostPaths
-from ..kube.actuator import Actuator
+from ..kube.actuator import Actuator, FindingsSource
 from ..kube.api import ApiError, Wait
 from ..kube.drain import DrainProgress
 from ..kube.remediate import KubeRemediation
@@ -41,33 +41,19 @@ API_RETRY = 30.0  # seconds before a tick after an API error (the kube client ba
 MIN_GAP = 1.0  # seconds between ticks at least: a burst of snapshots (an Xid storm) is one tick
 
 
-class LadderSource:
-    """The ladder's own findings, pushed like an event source's."""
+class LadderSource(FindingsSource):
+    """The ladder's own findings, pushed like an event source's (as the taint actuator's are)."""
 
     name = CHECK
 
     def __init__(self, enforce: bool = True) -> None:
+        super().__init__()
         self.enforce = enforce
-        self._emit: Callable[[Sequence[Finding], Sequence[Sample]], None] | None = None
-        self._findings: tuple[Finding, ...] = ()
-
-    def start(self, emit: Callable[[Sequence[Finding], Sequence[Sample]], None]) -> None:
-        self._emit = emit
-        emit(self._findings, ())
-
-    def stop(self) -> None:
-        self._emit = None
 
     def known_findings(self) -> Iterable[tuple[str, str]]:
         # Exported at 0 (and so a condition on the Node) only where the ladder may act: in observe
         # mode 7,500 nodes would each write a "no remediation problem" condition for nothing.
         return (("slot", "DisruptionSlotWaiting"), ("node", "NodeRetired")) if self.enforce else ()
-
-    def publish(self, findings: tuple[Finding, ...]) -> None:
-        if findings != self._findings:
-            self._findings = findings
-            if self._emit is not None:
-                self._emit(findings, ())
 
 
 class Runner:
