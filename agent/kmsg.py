@@ -186,3 +186,13 @@ class Kmsg:
             select.select([self.fd], [], [], timeout)
         else:
             time.sleep(min(timeout, FILE_POLL))
+
+
+def read_once(path: str) -> list[Record]:
+    """Every record the kernel log holds now, read once (`agent selftest`,
+    `agent run --once`); raises `KmsgError` when it cannot be opened."""
+    k = Kmsg(path)
+    try:
+        return list(k.read_available())
+    finally:
+        k.close()

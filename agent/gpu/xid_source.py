@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .. import kmsg_follower, native
 from ..findings import Finding, ObservationBuilder, Sample
-from ..kmsg import BATCH, KERNEL, Kmsg, KmsgError, Record, facility_name
+from ..kmsg import BATCH, KERNEL, KmsgError, Record, facility_name, read_once
 from ..parsers.xid import KIND_SXID
 from ..sources import Emit
 from ..statedir import StateDir, StateFile, boot_id, obj, text
@@ -330,14 +330,10 @@ def scan_once_unless_live(ctx: CheckContext, cfg: GpuConfig, b: ObservationBuild
     if ctx.state_dir in _live or not cfg.xid_events:
         return
     try:
-        k = Kmsg(ctx.paths.root(cfg.kmsg_path))
+        records = read_once(ctx.paths.root(cfg.kmsg_path))
     except KmsgError as exc:
         b.finding("kmsg", "InsufficientPrivilege" if exc.privilege else "KmsgUnavailable", str(exc))
         return
-    try:
-        records = list(k.read_available())
-    finally:
-        k.close()
     stream = new_stream(ctx, cfg, known)
     for r in records:
         if r.seq is not None:

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import kmsg_follower
 from ..findings import Finding, ObservationBuilder, Sample
-from ..kmsg import BATCH, KERNEL, Kmsg, KmsgError, Record, facility_name
+from ..kmsg import BATCH, KERNEL, KmsgError, Record, facility_name, read_once
 from ..sources import Emit
 from ..statedir import StateDir, StateFile, boot_id, obj, text
 from .catalog import CATALOG
@@ -191,14 +191,10 @@ def scan_once_unless_live(ctx: CheckContext, cfg: KernelConfig, b: ObservationBu
     if ctx.state_dir in _live or not cfg.log_faults:
         return
     try:
-        k = Kmsg(ctx.paths.root(cfg.kmsg_path))
+        records = read_once(ctx.paths.root(cfg.kmsg_path))
     except KmsgError as exc:
         b.finding("kmsg", "InsufficientPrivilege" if exc.privilege else "KernelLogUnavailable", str(exc))
         return
-    try:
-        records = list(k.read_available())
-    finally:
-        k.close()
     tracker = FaultTracker(cfg.table())
     texts = messages(records)
     found, spoofed = split(records, tracker.table.scan(texts))
