@@ -17,6 +17,7 @@ from .hostpaths import HostPaths
 if TYPE_CHECKING:
     from .catalog import Catalog
     from .findings import Observation
+    from .pods import PodView
     from .schema import CheckConfig, ConfigView
     from .sources import EventSource
 
@@ -41,6 +42,7 @@ class CheckContext:
     state_dir: str
     config: ConfigView
     dry_run: bool = False  # look, but change nothing on the node (`agent run --dry-run`, `agent selftest`)
+    pods: PodView | None = None  # the node's pods, where the agent talks to a cluster (agent.pods)
 
 
 @dataclass(frozen=True, slots=True)
