@@ -55,3 +55,6 @@ class CheckSpec:
     catalog: Catalog
     # Event sources that run beside the check while it is enabled (see agent.sources).
     sources: Callable[[CheckContext, Any], list[EventSource]] | None = None
+    # Whether the check, so configured, reads the node's pods (CheckContext.pods): the runtime starts the one pod
+    # watch (agent.kube) only when an enabled check says yes.
+    needs_pods: Callable[[Any], bool] | None = None
