@@ -49,4 +49,5 @@ SPEC = CheckSpec(
     config=TrafficConfig,
     build=TrafficCheck,
     catalog=CATALOG,
+    needs_pods=lambda cfg: cfg.shaping.enabled,
 )
