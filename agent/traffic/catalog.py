@@ -84,9 +84,10 @@ METRICS: tuple[MetricSpec, ...] = (
     ),
     MetricSpec("node_health_traffic_backend_info", "gauge", "1 for the iptables backend in use.", ("backend",)),
     MetricSpec(
-        "node_health_pod_egress_limit_bits_per_second",
+        "node_health_pod_egress_limit_bytes_per_second",
         "gauge",
-        "The internet egress limit configured for a shaped pod (its annotation or its namespace's default).",
+        "The internet egress limit configured for a shaped pod (its annotation or its namespace's default, "
+        "given in bits per second), in bytes per second as Prometheus' base unit.",
         ("namespace", "pod"),
     ),
     MetricSpec(

@@ -253,7 +253,7 @@ class Shaper:
         assert self.minors is not None
         for lim in self.wanted:
             labels = {"namespace": lim.namespace, "pod": lim.pod}
-            b.sample("node_health_pod_egress_limit_bits_per_second", lim.bits, **labels)
+            b.sample("node_health_pod_egress_limit_bytes_per_second", lim.bits / 8, **labels)
             minor = self.minors[lim.uid]
             found = [d.stats[minor] for d in self.devices.values() if minor in d.stats]
             if found:

@@ -68,8 +68,8 @@ def test_shaped_pod_is_limited_to_the_internet_only(lab_and_pods, tmp_path) -> N
     with runner(L.node, config(tmp_path), str(tmp_path / "state"), args=["traffic", str(pods_file)]) as r:
         res = r.run()
         assert not res.data["findings"], [f["message"] for f in res.data["findings"]]
-        assert res.sample("node_health_pod_egress_limit_bits_per_second", namespace="train", pod="pod-a") == LIMIT
-        assert res.sample("node_health_pod_egress_limit_bits_per_second", namespace="train", pod="pod-b") is None
+        assert res.sample("node_health_pod_egress_limit_bytes_per_second", namespace="train", pod="pod-a") == LIMIT / 8
+        assert res.sample("node_health_pod_egress_limit_bytes_per_second", namespace="train", pod="pod-b") is None
         assert f"qdisc htb 4e48: dev {L.uplink} root" in L.qdiscs()
 
         # pod-a to the internet and to the cluster at once, pod-b (unshaped) to the internet beside them
@@ -86,7 +86,7 @@ def test_shaped_pod_is_limited_to_the_internet_only(lab_and_pods, tmp_path) -> N
         # the annotation removed: the class goes, the root is given back, full speed again
         write_pods(pods_file, [pod("pod-a", L.addr["pod-a"]), pod("pod-b", L.addr["pod-b"])])
         res = r.run()
-        assert res.sample("node_health_pod_egress_limit_bits_per_second", namespace="train", pod="pod-a") is None
+        assert res.sample("node_health_pod_egress_limit_bytes_per_second", namespace="train", pod="pod-a") is None
         assert not res.data["findings"], [f["message"] for f in res.data["findings"]]
         assert L.qdiscs() == before
         assert "CLASSIFY" not in L.node.run("iptables-nft-save", "-t", "mangle").stdout
@@ -101,7 +101,7 @@ def test_disabled_touches_no_qdisc(lab_and_pods, tmp_path) -> None:
                 args=["traffic", str(pods_file)]) as r:
         res = r.run()
         assert res.sample("node_health_traffic_rules_in_place", family="ipv4") == 1
-        assert res.sample("node_health_pod_egress_limit_bits_per_second", namespace="train", pod="pod-a") is None
+        assert res.sample("node_health_pod_egress_limit_bytes_per_second", namespace="train", pod="pod-a") is None
     assert L.qdiscs() == before
     assert "CLASSIFY" not in L.node.run("iptables-nft-save", "-t", "mangle").stdout
     [rate] = measure(L, [("pod-a", "internet")], seconds=4)
@@ -124,7 +124,7 @@ def test_classes_survive_a_restart_and_are_repaired(lab_and_pods, tmp_path) -> N
     with runner(L.node, cfg, state, args=["traffic", str(pods_file)]) as r:
         res = r.run()
         assert L.classes() == classes  # same ids, same rates: nothing re-created
-        assert res.sample("node_health_pod_egress_limit_bits_per_second", namespace="batch", pod="pod-c") == 20e6
+        assert res.sample("node_health_pod_egress_limit_bytes_per_second", namespace="batch", pod="pod-c") == 20e6 / 8
 
         minor = classes.split("class htb 4e48:")[1].split()[0]
         L.node.run("tc", "class", "del", "dev", L.uplink, "classid", f"4e48:{minor}")
