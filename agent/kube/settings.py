@@ -185,7 +185,7 @@ class PodWatchSection:
         duration=True, min=10, max=86400,
     )
     watch_timeout: float = opt(
-        300.0, "Server-side timeout of one watch request, jittered up to twice this (as client-go's reflector).",
+        1800.0, "Server-side timeout of one watch request, jittered up to twice this (the kill switch's 30-60 minutes).",
         duration=True, min=60, max=3600,
     )
 
