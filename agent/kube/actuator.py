@@ -29,6 +29,7 @@ from ..statedir import StateDir
 from ..store import Snapshot
 from . import SOURCE
 from .api import ApiError, KubeApi, Stats, Wait
+from .podwatch import PodWatch
 from .reconciler import Reconciler
 from .settings import KillSwitchSection, KubernetesSection
 
@@ -46,6 +47,7 @@ class FindingsSource:
     def __init__(self) -> None:
         self._emit: Callable[[Sequence[Finding], Sequence[Sample]], None] | None = None
         self._findings: tuple[Finding, ...] = ()
+        self.watching_pods = False  # PodsUnknown is known (exported at 0) only while the pod watch runs
 
     def start(self, emit: Callable[[Sequence[Finding], Sequence[Sample]], None]) -> None:
         self._emit = emit
@@ -55,7 +57,8 @@ class FindingsSource:
         self._emit = None
 
     def known_findings(self) -> Iterable[tuple[str, str]]:
-        return (("budget", "TaintBudgetExhausted"), ("budget", "TaintBudgetMissing"), ("api", "KubeApiError"))
+        pods = (("pods", "PodsUnknown"),) if self.watching_pods else ()
+        return (("budget", "TaintBudgetExhausted"), ("budget", "TaintBudgetMissing"), ("api", "KubeApiError"), *pods)
 
     def publish(self, findings: tuple[Finding, ...]) -> None:
         if findings != self._findings:
@@ -162,6 +165,7 @@ class Actuator:
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self.kill_switch: KillSwitch | None = None
+        self.pod_watch: PodWatch | None = None
         api = reconciler.api
         if api is not None and kill_switch is not None and kill_switch.name:
             self.kill_switch = KillSwitch(api, kill_switch, self._paused, self._stop)
@@ -184,8 +188,35 @@ class Actuator:
         self._wake.set()
         if self.kill_switch is not None:
             self.kill_switch.interrupt()
+        self.stop_pod_watch()
         for t in self._threads:
             t.join(timeout=5)
+
+    # ------------------------------------------------------------ the node's pods (agent.pods)
+
+    def start_pod_watch(self) -> PodWatch | None:
+        """The one watch on this node's pods, through this actuator's client and gate (None without a cluster)."""
+        rec = self.reconciler
+        if rec.api is None:
+            return None
+        if self.pod_watch is None:
+            self.pod_watch = PodWatch(rec.api, rec.node_name, rec.cfg.pods, startup_jitter=rec.cfg.startup_jitter,
+                                      on_change=self._wake.set)
+            self.pod_watch.start()
+            self.source.watching_pods = True
+        return self.pod_watch
+
+    def stop_pod_watch(self) -> None:
+        pw, self.pod_watch = self.pod_watch, None
+        self.source.watching_pods = False
+        if pw is not None:
+            pw.stop()
+            self._wake.set()
+
+    def watched_pods(self) -> list[dict[str, Any]] | None:
+        """The node's pods for the drain while the pod watch is open; None: list them."""
+        pw = self.pod_watch
+        return pw.drain_pods() if pw is not None else None
 
     def _paused(self, state: bool | None) -> None:
         self.reconciler.paused = state
@@ -206,13 +237,13 @@ class Actuator:
             self._wake.wait(timeout=min(IDLE_WAKE, max(0.0, wake - time.monotonic())))
 
     def _publish(self) -> None:
-        rec = self.reconciler
-        self.source.publish(rec.findings())
+        rec, pw = self.reconciler, self.pod_watch
+        self.source.publish(rec.findings() + (pw.findings() if pw is not None else ()))
         if self.kill_switch is None:
             ks = "disabled"
         else:
             ks = {True: "paused", False: "active", None: "unknown"}[rec.paused]
-        samples = rec.samples(ks)
+        samples = rec.samples(ks) + (pw.samples() if pw is not None else [])
         if samples != self._samples:
             self._samples = samples
             self._publish_samples(samples)
