@@ -25,11 +25,12 @@ from typing import Any
 
 from ..catalog import Catalog
 from ..findings import Finding, Sample
+from ..pods import PodView
 from ..statedir import StateDir
 from ..store import Snapshot
 from . import SOURCE
 from .api import ApiError, KubeApi, Stats, Wait
-from .podwatch import PodWatch
+from .podwatch import PodWatch, list_once
 from .reconciler import Reconciler
 from .settings import KillSwitchSection, KubernetesSection
 
@@ -249,6 +250,22 @@ class Actuator:
             self._publish_samples(samples)
 
 
+def connect(k: KubernetesSection, kubeconfig: str | None, stats: Stats) -> tuple[KubeApi, str] | None:
+    """A client for the cluster behind its gate, and where it came from (None: no cluster found).
+    Raises ConfigError for bad credentials."""
+    from .connect import build_client, find_cluster
+
+    cluster = find_cluster(kubeconfig, k.kubeconfig)
+    if cluster is None:
+        return None
+    from .ratelimit import Gate
+
+    client, reauth = build_client(cluster)
+    gate = Gate(qps=k.qps, burst=k.burst, backoff_max=k.backoff_max, now=time.monotonic())
+    api = KubeApi(client, gate=gate, clock=time.monotonic, stats=stats, timeout=k.request_timeout, reauth=reauth)
+    return api, cluster.describe()
+
+
 def start(
     k: KubernetesSection, catalog: Catalog, node: str, state: StateDir, *, kubeconfig: str | None, dry_run: bool,
     publish_samples: Callable[[list[Sample]], None],
@@ -256,22 +273,24 @@ def start(
     """Build and start the actuator (None when the feature is off). Raises ConfigError for bad credentials."""
     if not k.enabled:
         return None
-    from .connect import build_client, find_cluster
-
-    cluster = find_cluster(kubeconfig, k.kubeconfig)
-    api = None
     stats = Stats()
     now = time.monotonic()
-    if cluster is None:
+    found = connect(k, kubeconfig, stats)
+    api = found[0] if found is not None else None
+    if found is None:
         log.warning("no cluster configured (no --kubeconfig, $KUBECONFIG or service account): dry run, nothing is written")
     else:
-        from .ratelimit import Gate
-
-        client, reauth = build_client(cluster)
-        gate = Gate(qps=k.qps, burst=k.burst, backoff_max=k.backoff_max, now=now)
-        api = KubeApi(client, gate=gate, clock=time.monotonic, stats=stats, timeout=k.request_timeout, reauth=reauth)
-        log.info("kubernetes: node %s via %s%s", node, cluster.describe(), " (dry run)" if dry_run or k.dry_run else "")
+        log.info("kubernetes: node %s via %s%s", node, found[1], " (dry run)" if dry_run or k.dry_run else "")
     rec = Reconciler(k, node, state, catalog=catalog, api=api, dry_run=dry_run or k.dry_run, now=now, stats=stats)
     act = Actuator(rec, kill_switch=k.kill_switch, publish_samples=publish_samples)
     act.start()
     return act
+
+
+def pods_once(k: KubernetesSection, node: str, kubeconfig: str | None) -> PodView | None:
+    """The node's pods from one LIST, for a single pass (`agent run --once`, `agent selftest`): no watch is
+    worth starting for one run. None without a cluster; a view whose pods() is None when the LIST failed."""
+    if not k.enabled:
+        return None
+    found = connect(k, kubeconfig, Stats())
+    return list_once(found[0], node) if found is not None else None

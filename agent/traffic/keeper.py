@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import ipaddress
 import logging
-from collections.abc import Hashable
+from collections.abc import Hashable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from ..findings import ObservationBuilder, Severity
 from ..parsers.iptsave import KIND_RULE
 from .datapath import Verdict, Witness, cilium_routing, jump_bytes
 from .detect import Backend, resolve
-from .rule_sync import Outcome, clear_strays, reconcile
-from .rules import DIRECTIONS, FAMILIES, Current, Desired, desired, generation
+from .rule_sync import Outcome, clear_strays, read, reconcile
+from .rules import DIRECTIONS, FAMILIES, Current, Desired, SubChain, desired, generation
+from .shaper import Shaper
+from .shaping import assigned
 from .tally import Tallies
 from .tools import (
     CAP_NET_ADMIN,
@@ -37,8 +39,9 @@ DATAPATH = "datapath"
 
 class Keeper:
     def __init__(self, ctx: CheckContext, cfg: TrafficConfig) -> None:
-        nets = [ipaddress.ip_network(r) for r in cfg.internal_ranges]
-        self.wanted: dict[str, Desired] = {f: w for f in FAMILIES if (w := desired(f, nets)) is not None}
+        self.nets = [ipaddress.ip_network(r) for r in cfg.internal_ranges]
+        self.wanted: dict[str, Desired] = {f: w for f in FAMILIES if (w := desired(f, self.nets)) is not None}
+        self.shaper = Shaper(cfg.shaping, ctx.pods, ctx.state_dir, ctx.dry_run)
         self.choice = cfg.backend
         self.dry_run = ctx.dry_run
         self.state_dir = ctx.state_dir
@@ -58,6 +61,7 @@ class Keeper:
     def known_findings(self) -> list[tuple[str, str]]:
         out = [(SUBJECT, r) for r in ("NotApplicable", "InsufficientPrivilege", "TrafficBackendUnavailable")]
         out.append((DATAPATH, "TrafficDatapathBypass"))
+        out += self.shaper.known_findings()
         return out + [(f, r) for f in self.wanted for r in ("InsufficientPrivilege", "TrafficRulesNotInPlace")]
 
     def run(self, b: ObservationBuilder) -> None:
@@ -67,8 +71,10 @@ class Keeper:
             backend = self._prepare(b)
             if backend is not None:
                 self.jumps = {}
+                self._want(self.shaper.begin(b, lambda: self._shaped(backend)))
                 for family in self.wanted:
                     self._family(b, backend, family)
+                self.shaper.end(b)
                 if self.jumps:
                     self._datapath(b)
         finally:
@@ -106,6 +112,23 @@ class Keeper:
             self._clear_strays(backend)
         b.subject(SUBJECT, f"iptables-{backend.name} ({self.why})")
         return backend
+
+    def _want(self, subs: Mapping[str, Sequence[SubChain]]) -> None:
+        """What each family must hold this run: the accounting rules and the sub-features' chains."""
+        for family in list(self.wanted):
+            want = desired(family, self.nets, subs.get(family, ()))
+            if want is not None:
+                self.wanted[family] = want
+
+    def _shaped(self, backend: Backend) -> dict[str, int]:
+        """Pod uid -> class minor, from the shaping rules in place (so a restart keeps every pod's class)."""
+        out: dict[str, int] = {}
+        for family in self.wanted:
+            try:
+                out.update(assigned(read(backend, family, existing_only=True), self.shaper.major))
+            except TrafficError as exc:
+                log.debug("cannot read the shaping rules of %s: %s", family, exc)
+        return out
 
     def _clear_strays(self, backend: Backend) -> None:
         done, failed = clear_strays(backend, self.wanted, mutate=not self.dry_run)
