@@ -32,6 +32,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "support"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # kube_fleet, also when a test loads this file
 
 DISRUPTION_NS, DISRUPTION_QUOTA = "node-health-disruption", "node-health-disruption-budget"
 
@@ -165,10 +166,10 @@ def populate_fleet(fake: Any, nodes: int, ready_after: float) -> None:
         ns = f"app-{app:05d}"
         fake.add_pdb(ns, "svc", {"app": "svc"}, max_unavailable=1)
         members = [(app * 10 + k) % nodes if k < 5 else (app * 10 + k + nodes // 2) % nodes for k in range(10)]
+        fake.workloads.replicasets[(ns, "svc")] = ReplicaSet(ns, "svc", 10, {"app": "svc"}, "spare-node", ready_after,
+                                                             uid=f"uid-replicaset-{ns}-svc", made=10)
         for k, n in enumerate(members):
             fake.add_pod(ns, f"svc-{k}", f"node-{n:05d}", labels={"app": "svc"}, owner=("ReplicaSet", "svc"))
-        fake.workloads.replicasets[(ns, "svc")] = ReplicaSet(ns, "svc", 10, {"app": "svc"}, "spare-node", ready_after,
-                                     uid=f"uid-replicaset-{ns}-svc", made=10)
     for i in range(nodes):
         fake.add_pod("scratch", f"job-{i:05d}", f"node-{i:05d}", owner=("ReplicaSet", f"job-{i}"))
         fake.add_pod("monitoring", f"exporter-{i:05d}", f"node-{i:05d}", owner=("DaemonSet", "exporter"))
@@ -204,7 +205,8 @@ def bench_fleet(nodes: int, budget: int, apf: float | None, reboot: float, ready
             done_at = max(done_at, t)
             continue
         heapq.heappush(heap, (max(nxt, t + 1e-3), i))
-    return summarize(fake, nodes, budget, done_at, time.perf_counter() - t0)
+    handled = sum(1 for a in agents if a.phase == "done")
+    return summarize(fake, nodes, budget, handled, done_at, time.perf_counter() - t0)
 
 
 def step(a: Agent, t: float, reboot: float) -> float:
@@ -225,13 +227,17 @@ def step(a: Agent, t: float, reboot: float) -> float:
     return a.until
 
 
-def summarize(fake: Any, nodes: int, budget: int, done_at: float, wall: float) -> dict[str, Any]:
+def summarize(fake: Any, nodes: int, budget: int, handled: int, done_at: float, wall: float) -> dict[str, Any]:
     peak = fake.leases_held_peak(DISRUPTION_NS)
     evictions = [r for r in fake.requests if r.path.endswith("/eviction")]
     per_s = collections.Counter(int(r.t) for r in evictions if r.status == 201)
     per_s_all = collections.Counter(int(r.t) for r in fake.requests)
+    left = sum(1 for p in fake.objects("", "pods") if p["metadata"]["namespace"] != "monitoring"
+               and p["spec"]["nodeName"] != "spare-node")
     return {
-        "nodes": nodes, "budget": budget, "max_slots_held": peak, "every_node_handled_after_s": round(done_at, 1),
+        "nodes": nodes, "budget": budget, "max_slots_held": peak, "slots_held_at_end": fake.cluster.leases_in(DISRUPTION_NS),
+        "handled": handled, "evictable_pods_left": left,
+        "every_node_handled_after_s": round(done_at, 1), "requests_per_node": round(len(fake.requests) / nodes, 1),
         "evictions_201": sum(per_s.values()), "evictions_429_pdb": sum(1 for r in evictions if r.status == 429),
         "peak_evictions_per_s": max(per_s.values(), default=0),
         "requests": len(fake.requests), "requests_429": sum(1 for r in fake.requests if r.status == 429),
