@@ -258,8 +258,22 @@ class KubeApi:
     def read_lease(self, ns: str, name: str) -> dict[str, Any]:
         return self.call("get", "leases", self.coordination.read_namespaced_lease, name, ns)  # type: ignore[no-any-return]
 
-    def delete_lease(self, ns: str, name: str) -> None:
-        self.call("delete", "leases", self.coordination.delete_namespaced_lease, name, ns)
+    def delete_lease(self, ns: str, name: str, resource_version: str = "") -> None:
+        """DELETE; with `resource_version`, only that version (a Lease renewed since is kept: 409)."""
+        if resource_version:
+            body = {"preconditions": {"resourceVersion": resource_version}}
+            self.call("delete", "leases", self.coordination.delete_namespaced_lease, name, ns, body=body)
+        else:
+            self.call("delete", "leases", self.coordination.delete_namespaced_lease, name, ns)
+
+    def list_leases(self, ns: str) -> list[dict[str, Any]]:
+        body = self.call("list", "leases", self.coordination.list_namespaced_lease, ns)
+        return list(body.get("items") or [])
+
+    def patch_lease(self, ns: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        return self.call(  # type: ignore[no-any-return]
+            "patch", "leases", self.coordination.patch_namespaced_lease, name, ns, body, _content_type=MERGE
+        )
 
     def read_quota(self, ns: str, name: str) -> dict[str, Any]:
         return self.call("get", "resourcequotas", self.core.read_namespaced_resource_quota, name, ns)  # type: ignore[no-any-return]

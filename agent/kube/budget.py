@@ -17,15 +17,36 @@ is older than the resync interval (and its jitter: the longest retry wait); a
 403 "exceeded quota" naming the Lease count is such a sight, so an agent that
 waits for a slot costs one create per retry, not a create and a GET of the
 quota.
+
+Expiry (the disruption budget; `expiry` > 0): a slot must not outlive its
+holder. A node that dies holding one (the agent gone, the machine off) would
+hold it forever: the garbage collector frees the slot of a *deleted* Node
+(the ownerReference), but nothing frees that of a node that is only gone
+quiet. So the holder writes ``spec.renewTime`` when it claims the slot and
+renews it every ``expiry / 6`` while it holds it (a merge patch of that one
+field); a waiting agent whose create was refused lists the namespace's Leases
+(at most every ``expiry / 6``: a waiter's retries cost no more than before in
+between) and deletes those not renewed for longer than ``max(expiry, the Lease's
+leaseDurationSeconds)``, each with a resourceVersion precondition (a Lease
+renewed in between is kept: 409), then creates its own again. Quota admission
+still counts every create, so no more than `hard` Leases exist at any time.
+A holder that finds its Lease gone when it renews (404) has lost the slot and
+claims one again before its next disruptive step. The expiry must be longer
+than the longest reboot plus boot, or a slow node's slot is taken while it
+boots (it then waits for a slot before anything else).
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import random
+import time
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from .api import ApiError, KubeApi
+from .nodes import micro_time_str
 
 log = logging.getLogger(__name__)
 
@@ -49,9 +70,14 @@ class BudgetConfig(Protocol):
 class Budget:
     def __init__(
         self, api: KubeApi | None, cfg: BudgetConfig, node: str, *, held: bool, recheck: float, rng: random.Random,
-        what: str = "taint",
+        what: str = "taint", expiry: float = 0.0, wall: Callable[[], float] = time.time,
     ) -> None:
         self.api, self.cfg, self.node, self.what = api, cfg, node, what
+        self.expiry, self.wall = expiry, wall  # expiry 0: slots never expire (the taint budget)
+        self._renewed = 0.0  # wall time of the last write of our renewTime (0: not since this process started)
+        self._sent = 0.0  # the renewTime of the Lease last sent in a create
+        self._scanned = float("-inf")  # wall time of the last look for expired Leases (at most every expiry/6)
+        self.reclaimed = 0  # expired Leases of other nodes this agent deleted
         self.held = held or not cfg.enabled
         self.state = "disabled" if not cfg.enabled else ("held" if held else "idle")
         self.retry_at = 0.0
@@ -79,7 +105,7 @@ class Budget:
             self._unsure = False
             if not mine:
                 self._absent = True
-                return self._refused(now, "exhausted")
+                return self._full(now, uid)
             return self._claimed()
         if not self._quota_present(now):
             return self._refused(now, "missing")
@@ -90,15 +116,80 @@ class Budget:
                 if QUOTA_KEY in exc.message:  # admission named the quota that caps Leases: seen now
                     self._quota_seen_at = now
                 if self._absent:
-                    return self._refused(now, "exhausted")
+                    return self._full(now, uid)
                 self._unsure = True
                 return self.ensure(now, uid)
             if exc.status != 409:  # 409 AlreadyExists: our own, from before a restart
                 raise
-        return self._claimed()
+            return self._claimed()  # its renewTime is old: renewed at the next renew()
+        return self._claimed(self._sent)
 
-    def _claimed(self) -> bool:
+    def _full(self, now: float, uid: str) -> bool:
+        """Every slot is taken: reclaim the expired ones (if slots expire), and try once more."""
+        if not self.expiry or self.wall() - self._scanned < self.expiry / 6 or not self._reclaim():
+            return self._refused(now, "exhausted")
+        assert self.api is not None
+        try:
+            self.api.create_lease(self.cfg.namespace, self._lease(uid))
+        except ApiError as exc:
+            if exc.status == 403 and "exceeded quota" in exc.message:
+                return self._refused(now, "exhausted")  # another waiter took the freed slot first
+            if exc.status != 409:
+                raise
+            return self._claimed()
+        return self._claimed(self._sent)
+
+    def _reclaim(self) -> bool:
+        """Deletes the Leases of other nodes not renewed within the expiry; True when one went."""
+        assert self.api is not None
+        wall, freed = self.wall(), False
+        self._scanned = wall
+        for lease in self.api.list_leases(self.cfg.namespace):
+            meta, spec = lease.get("metadata") or {}, lease.get("spec") or {}
+            name = meta.get("name", "")
+            if name == self.node:
+                continue
+            last = _time(spec.get("renewTime")) or _time(spec.get("acquireTime")) or _time(meta.get("creationTimestamp"))
+            limit = max(self.expiry, float(spec.get("leaseDurationSeconds") or 0))
+            if last is None or wall - last <= limit:
+                continue
+            try:
+                self.api.delete_lease(self.cfg.namespace, name, resource_version=str(meta.get("resourceVersion", "")))
+            except ApiError as exc:
+                if exc.status in (404, 409):  # gone already, or renewed in between: not ours to take
+                    continue
+                raise
+            freed = True
+            self.reclaimed += 1
+            log.warning("reclaimed the %s budget slot of %s: its Lease was not renewed for %.0fs (expiry %.0fs)",
+                        self.what, name, wall - last, limit)
+        return freed
+
+    def renew(self) -> bool:
+        """While a slot is held and slots expire: renews its Lease every expiry/6. False when the Lease is
+        gone (reclaimed after our expiry, or collected): the slot is lost. May raise Wait/ApiError."""
+        if not self.held or not self.expiry or not self.cfg.enabled:
+            return True
+        wall = self.wall()
+        if wall - self._renewed < self.expiry / 6:
+            return True
+        assert self.api is not None
+        try:
+            self.api.patch_lease(self.cfg.namespace, self.node, {"spec": {"renewTime": micro_time_str(wall)}})
+        except ApiError as exc:
+            if exc.status != 404:
+                raise
+            log.error("the %s budget slot of %s was taken away (its Lease is gone): claiming one again before "
+                      "the next step", self.what, self.node)
+            self.held, self.state, self._absent = False, "idle", True
+            return False
+        self._renewed = wall
+        return True
+
+    def _claimed(self, renewed: float = 0.0) -> bool:
+        """Holding a slot; `renewed`: the renewTime of the Lease just created (0: a Lease found, renew it soon)."""
         self.held, self.state, self._failures, self._absent = True, "held", 0, False
+        self._renewed = renewed
         log.info("claimed a %s budget slot (lease %s/%s)", self.what, self.cfg.namespace, self.node)
         return True
 
@@ -132,8 +223,16 @@ class Budget:
                 # Owned by the Node: the garbage collector frees the slot of a deleted node.
                 "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": self.node, "uid": uid}],
             },
-            "spec": {"holderIdentity": self.node},
+            "spec": self._spec(),
         }
+
+    def _spec(self) -> dict[str, Any]:
+        if not self.expiry:
+            return {"holderIdentity": self.node}
+        self._sent = self.wall()
+        now = micro_time_str(self._sent)
+        return {"holderIdentity": self.node, "acquireTime": now, "renewTime": now,
+                "leaseDurationSeconds": int(self.expiry)}
 
     def _mine(self) -> bool:
         assert self.api is not None
@@ -171,3 +270,13 @@ class Budget:
         wait = min(self._recheck, self.cfg.retry_interval * 2 ** (self._failures - 1))
         self.retry_at = now + wait * (1 - JITTER + 2 * JITTER * self._rng.random())
         return False
+
+
+def _time(value: Any) -> float | None:
+    """A metav1.Time or MicroTime as a wall time; None when absent or not one."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        return dt.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None

@@ -1,7 +1,7 @@
 """The Kubernetes side of the remediation ladder (`agent.remediation` calls it).
 
 The contract (kept with the ladder's owner): `plan_drain`, `drain`,
-`claim_slot`, `release_slot`, `set_retired`, `event`. Every method may raise
+`claim_slot`, `renew_slot`, `slot_wait`, `release_slot`, `set_retired`, `event`. Every method may raise
 `Wait` (the rate limit) or `ApiError`; the ladder then tries again on its next
 tick. Nothing here is persisted: the ladder records its own step, and after a
 restart the slot is found again (a create of our own Lease answers 409, or 403
@@ -13,7 +13,8 @@ with a full quota and a GET that finds it).
 - **Disruption budget**: the same `Budget` as the taint budget, in its own
   namespace under its own ResourceQuota (``[kubernetes.disruption_budget]``):
   a wave of tainted-but-running nodes cannot stop a reboot, nor the other way
-  round. No slot → wait: `slot_wait` says why in one sentence, and the ladder
+  round. A held slot is renewed (`renew_slot`) and expires when it is not
+  (see budget.py). No slot → wait: `slot_wait` says why in one sentence, and the ladder
   reports it as its one ``DisruptionSlotWaiting`` finding, event and metric
   (nothing here reports it a second time).
 - **Retire**: the condition ``<condition_prefix>NeedsHardwareRepair`` (a
@@ -79,7 +80,7 @@ class KubeRemediation:
         ns = own_namespace() if namespace is None else namespace
         self.drainer = Drainer(self.api, node, cfg.drain, own_namespace=ns, rng=rng, watched=watched)
         self.budget = Budget(self.api, cfg.disruption_budget, node, held=False, recheck=cfg.resync_interval, rng=rng,
-                             what="disruption")
+                             what="disruption", expiry=cfg.disruption_budget.expiry, wall=wall)
         self.recorder = EventRecorder(self.api, node, burst=cfg.event_burst, refill=cfg.event_refill, now=api.clock())
         self.label = cfg.taint_prefix + RETIRED_LABEL
         self.condition = cfg.condition_prefix + RETIRED_CONDITION
@@ -103,6 +104,10 @@ class KubeRemediation:
 
     def claim_slot(self, now: float) -> bool:
         return self.budget.ensure(now, self.node_uid)
+
+    def renew_slot(self, now: float) -> bool:
+        """While the slot is held: its Lease renewed (every expiry/6). False: the slot was lost (reclaimed)."""
+        return self.budget.renew()
 
     def slot_wait(self) -> str:
         """Why the last claim got no slot, in one sentence ("" while one is held or none was refused)."""

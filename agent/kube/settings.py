@@ -128,6 +128,13 @@ class DisruptionBudgetSection:
         60.0, "First wait before trying again for a slot after the budget was full (doubles up to resync_interval).",
         duration=True, min=5,
     )
+    expiry: float = opt(
+        3600.0,
+        "A holder renews its slot's Lease (spec.renewTime) every expiry/6; an agent that finds every slot taken "
+        "deletes a Lease not renewed for this long (the holder died, or its node is gone). Longer than a reboot "
+        "plus a boot of the slowest node.",
+        duration=True, min=600,
+    )
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,8 @@
 
 `Cluster` is the contract with `agent.kube.remediate.KubeRemediation`
 (/work/coord/remediation-interface.md): drain (the whole node or the pods of
-some UIDs) through the Eviction API, the fleet's disruption budget (and why
+some UIDs) through the Eviction API, the fleet's disruption budget (a held
+slot renewed, `renew_slot`: False when it was taken away; and why
 no slot was granted, `slot_wait`: the ladder's one finding says it), the
 retired condition and label, events. Its methods may raise
 `agent.kube.api.ApiError` or `Wait`: the ladder tries again on its next tick.
@@ -40,6 +41,7 @@ class Cluster(Protocol):
     def plan_drain(self, only_pod_uids: frozenset[str] | None = None) -> list[str]: ...
     def drain(self, now: float, only_pod_uids: frozenset[str] | None = None) -> Progress: ...
     def claim_slot(self, now: float) -> bool: ...
+    def renew_slot(self, now: float) -> bool: ...
     def slot_wait(self) -> str: ...
     def release_slot(self, now: float) -> None: ...
     def set_retired(self, retired: bool, message: str) -> None: ...
@@ -67,6 +69,9 @@ class NoCluster:
         return Drained()
 
     def claim_slot(self, now: float) -> bool:
+        return True
+
+    def renew_slot(self, now: float) -> bool:
         return True
 
     def slot_wait(self) -> str:

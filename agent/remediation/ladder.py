@@ -106,6 +106,7 @@ class Ladder:
         if self.rec.episode is None:
             self._start()
         self._adopt()
+        self._renew()
         for _ in range(MAX_TRANSITIONS):
             ep = self.rec.episode
             if ep is None or not self._advance(ep):
@@ -152,8 +153,24 @@ class Ladder:
         if self._adopted or ep is None or not ep.slot:
             return
         if not self.cluster.claim_slot(self.now):
-            log.warning("remediation: the disruption slot held before the restart could not be claimed again; going on")
+            # Taken while the agent was away (its Lease expired: a boot longer than the expiry). What was
+            # done stays done; the next disruptive step waits for a slot again.
+            log.warning("remediation: the disruption slot held before the restart is gone; claiming one again "
+                        "before the next disruptive step")
+            self.rec.episode = replace(ep, slot=False)
+            self._save()
         self._adopted = True
+
+    def _renew(self) -> None:
+        """A held slot is renewed (the cluster side writes its Lease's renewTime every expiry/6); one that
+        was taken away is claimed again before the next disruptive step."""
+        ep = self.rec.episode
+        if ep is None or not ep.slot or ep.step == "release" or self.cluster.renew_slot(self.now):
+            return
+        log.error("remediation: the disruption slot of %s was taken away (its Lease expired); claiming one again "
+                  "before the next disruptive step", ep.key)
+        self.rec.episode = replace(ep, slot=False)
+        self._save()
 
     def _proven(self, r: Reboot) -> bool:
         """A reboot entry whose reboot happened (not the one still awaited)."""
@@ -192,6 +209,8 @@ class Ladder:
                 return self._end(ep, f"{ep.key} cleared before the {ep.step} step; nothing more to do")
             if self._upgrade(ep):
                 return True
+        if ep.step in ("drain", "reset_gpu", "reboot") and not ep.slot:
+            return self._go(ep, "claim")  # the slot was lost: nothing disruptive without one
         return {
             "claim": self._claim, "drain": self._drain, "reset_gpu": self._reset, "resetting": self._resetting,
             "verify": self._verify, "reboot": self._reboot, "rebooting": self._rebooting, "settle": self._settle,

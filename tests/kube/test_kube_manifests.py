@@ -120,6 +120,8 @@ def test_config_names_match_the_cluster_objects() -> None:
         ("coordination.k8s.io", "leases", "create", "node-health-disruption"),
         ("coordination.k8s.io", "leases", "get", "node-health-disruption"),
         ("coordination.k8s.io", "leases", "delete", "node-health-disruption"),
+        ("coordination.k8s.io", "leases", "list", "node-health-disruption"),  # expiry: find the dead holders' slots
+        ("coordination.k8s.io", "leases", "patch", "node-health-disruption"),  # expiry: renew its own
         ("", "resourcequotas", "get", "node-health-disruption"),
     ],
 )
@@ -247,7 +249,16 @@ def test_node_policy(req: dict[str, Any], old: dict[str, Any], new: dict[str, An
         pytest.param(request(op="CREATE", name="n2"), {"metadata": {"name": "n2", "ownerReferences": [{"kind": "Node", "name": "n2"}]}},
                      False, id="another node's slot"),
         pytest.param(request(op="CREATE"), {"metadata": {"name": "n1"}}, False, id="not owned by the node"),
-        pytest.param(request(op="DELETE", name="n2"), None, False, id="frees another node's slot"),
+        pytest.param({**request(op="DELETE", name="n2"), "namespace": "node-health-budget"}, None, False,
+                     id="frees another node's taint slot"),
+        pytest.param({**request(op="DELETE", name="n2"), "namespace": "node-health-disruption"}, None, True,
+                     id="reclaims another node's expired disruption slot"),
+        pytest.param({**request(op="UPDATE", name="n2"), "namespace": "node-health-disruption"},
+                     {"metadata": {"name": "n2", "ownerReferences": [{"kind": "Node", "name": "n2"}]}}, False,
+                     id="renews another node's disruption slot"),
+        pytest.param({**request(op="UPDATE"), "namespace": "node-health-disruption"},
+                     {"metadata": {"name": "n1", "ownerReferences": [{"kind": "Node", "name": "n1"}]}}, True,
+                     id="renews its own slot"),
         pytest.param(request(op="DELETE"), None, True, id="frees its own slot"),
     ],
 )

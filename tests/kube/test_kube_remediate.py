@@ -167,3 +167,126 @@ def test_own_namespace(tmp_path: Any, env: dict[str, str], expected: str) -> Non
     path.write_text("from-file\n")
     assert own_namespace(env, str(path)) == expected
     assert own_namespace({}, str(tmp_path / "absent")) == ""
+
+
+# ---------------------------------------------------------------- slots expire (issue 12: a dead holder)
+
+
+class Wall:
+    """The agents' wall clock, moved by the test (renewTime and the expiry are wall times)."""
+
+    def __init__(self) -> None:
+        self.t = 1_800_000_000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def expiring(fake: FakeApiServer, tmp: Any, node: str, wall: Wall, expiry: float = 3600.0) -> KubeRemediation:
+    cfg = remediation_settings(retry=5.0)
+    cfg = dataclasses.replace(cfg, disruption_budget=dataclasses.replace(cfg.disruption_budget, expiry=expiry))
+    if not any(n["metadata"]["name"] == node for n in fake.objects("", "nodes")):
+        fake.add_node(node)
+    api = make_api(fake, str(tmp), cfg)
+    return KubeRemediation(api, node, fake.node(node)["metadata"]["uid"], cfg, namespace="node-health",
+                           rng=random.Random(node), wall=wall)
+
+
+def lease_names(fake: FakeApiServer) -> list[str]:
+    return sorted(o["metadata"]["name"] for o in fake.objects("coordination.k8s.io", "leases", DISRUPTION_NS))
+
+
+def lease_deletes(fake: FakeApiServer, name: str) -> int:
+    return sum(1 for r in fake.log(verbs=("delete",)) if r.path.endswith(f"/{DISRUPTION_NS}/leases/{name}") and r.status < 300)
+
+
+def test_an_expired_holder_is_reclaimed_and_a_live_one_never(fake: FakeApiServer, tmp_path: Any) -> None:
+    fake.set_quota(DISRUPTION_NS, DISRUPTION_QUOTA, 2)
+    wall = Wall()
+    dead, live, waiter = (expiring(fake, tmp_path, n, wall) for n in ("dead", "live", "waiter"))
+    start = wall.t
+    assert dead.claim_slot(wall.t) and live.claim_slot(wall.t)
+    (spec,) = [o["spec"] for o in fake.objects("coordination.k8s.io", "leases", DISRUPTION_NS) if o["metadata"]["name"] == "dead"]
+    assert spec["leaseDurationSeconds"] == 3600 and spec["renewTime"] == spec["acquireTime"]
+    got_at = None
+    for _ in range(12):  # two hours in steps of 10 minutes; "dead" never renews again
+        wall.t += 600
+        assert live.renew_slot(wall.t), "a live holder keeps its slot"
+        if got_at is None and waiter.claim_slot(wall.t):
+            got_at = wall.t - start
+    assert got_at == 4200, "not before the expiry (1 h), at the first try after it"
+    assert lease_names(fake) == ["live", "waiter"] and waiter.budget.reclaimed == 1
+    assert lease_deletes(fake, "live") == 0 and lease_deletes(fake, "dead") == 1
+    assert not dead.renew_slot(wall.t), "the dead holder, back, learns that its slot is gone"
+    assert not dead.claim_slot(wall.t), "and waits for one like any other node"
+    assert fake.leases_held_peak(DISRUPTION_NS) == 2
+
+
+def test_a_lease_renewed_since_it_was_read_is_not_deleted(fake: FakeApiServer, tmp_path: Any) -> None:
+    """The delete carries the resourceVersion that was read: a holder that renewed in between keeps its slot."""
+    fake.set_quota(DISRUPTION_NS, DISRUPTION_QUOTA, 1)
+    wall = Wall()
+    slow, waiter = expiring(fake, tmp_path, "slow", wall), expiring(fake, tmp_path, "waiter", wall)
+    assert slow.claim_slot(wall.t)
+    wall.t += 3601
+
+    def renewed() -> None:  # the holder renews between the waiter's LIST and its DELETE
+        key = ("coordination.k8s.io", "leases", DISRUPTION_NS, "slow")
+        lease = fake.cluster.get(key)
+        assert lease is not None
+        lease["spec"]["renewTime"] = "2027-01-15T08:00:00.000001Z"
+        fake.cluster.put(key, lease)
+
+    fake.before(lambda r: r.method == "DELETE" and r.path.endswith("/leases/slow"), renewed)
+    assert not waiter.claim_slot(wall.t)
+    assert lease_names(fake) == ["slow"] and waiter.budget.reclaimed == 0
+    assert any(r.status == 409 and r.path.endswith("/leases/slow") for r in fake.log(verbs=("delete",)))
+
+
+def test_many_agents_some_dying_with_a_slot_never_more_than_b_and_all_handled(fake: FakeApiServer, tmp_path: Any) -> None:
+    """Virtual time in steps of 5 minutes: each live agent claims, holds its slot 30 minutes (renewing),
+    releases; three agents die holding a slot. The dead slots are reclaimed after the expiry, every live
+    node is handled, no live holder ever loses its slot, and the fake server's log never shows more than
+    B Leases at once."""
+    n, b = 9, 3
+    fake.set_quota(DISRUPTION_NS, DISRUPTION_QUOTA, b)
+    wall = Wall()
+    names = [f"node-{i}" for i in range(n)]
+    dying = {"node-0", "node-1", "node-4"}
+    agents = {name: expiring(fake, tmp_path, name, wall) for name in names}
+    held_since: dict[str, float] = {}
+    done: set[str] = set()
+    for _ in range(60):  # 5 hours
+        wall.t += 300
+        for name, rem in agents.items():
+            if name in done:
+                continue
+            if name in held_since:
+                if name in dying:
+                    continue  # dead: never renews, never releases
+                assert rem.renew_slot(wall.t), f"{name} lost its slot while alive"
+                if wall.t - held_since[name] >= 1800:
+                    rem.release_slot(wall.t)
+                    done.add(name)
+            elif rem.claim_slot(wall.t):
+                held_since[name] = wall.t
+        if done == set(names) - dying:
+            break
+    assert done == set(names) - dying, f"not handled: {sorted(set(names) - dying - done)}"
+    assert fake.leases_held_peak(DISRUPTION_NS) <= b
+    left = lease_names(fake)  # a dead slot nobody needed any more stays until someone does
+    assert set(left) <= dying and sum(rem.budget.reclaimed for rem in agents.values()) + len(left) == len(dying)
+    assert sum(rem.budget.reclaimed for rem in agents.values()) >= 1
+    for name in done:
+        assert lease_deletes(fake, name) == 1, f"{name}'s Lease deleted only by its own release"
+
+
+def test_a_deleted_node_frees_its_slot_at_once(fake: FakeApiServer, tmp_path: Any) -> None:
+    """The Lease is owned by the Node: the garbage collector frees the slot of a deleted node (no expiry needed)."""
+    fake.set_quota(DISRUPTION_NS, DISRUPTION_QUOTA, 1)
+    wall = Wall()
+    gone, waiter = expiring(fake, tmp_path, "gone", wall), expiring(fake, tmp_path, "waiter", wall)
+    assert gone.claim_slot(wall.t) and not waiter.claim_slot(wall.t)
+    fake.cluster.delete(("", "nodes", "", "gone"))
+    wall.t += 60
+    assert waiter.claim_slot(wall.t) and lease_names(fake) == ["waiter"] and waiter.budget.reclaimed == 0

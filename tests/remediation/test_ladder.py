@@ -383,3 +383,30 @@ def test_a_failed_reboot_command_is_retried_later_and_counts_once(tmp_path):
     ladder.tick(faults)  # back after the one reboot that happened
     assert value(ladder, "node_health_remediation_uncured_reboots") == 1
     assert value(ladder, "node_health_remediation_reboots") == 1
+
+
+def test_a_held_slot_is_renewed_and_one_taken_away_is_claimed_again_before_the_next_step(tmp_path):
+    cfg = enforce()
+    cluster, host = FakeCluster(drain_steps=2), FakeHost(cfg)
+    ladder = make(tmp_path, cfg, cluster=cluster, host=host)
+    ladder.tick(fault_list(REBOOT))
+    assert ladder.step == "drain" and cluster.held and cluster.renewals == 0
+    cluster.held = False  # its Lease expired and another node took the slot
+    ladder.tick(fault_list(REBOOT))
+    assert cluster.renewals == 1 and host.count("reboot") == 0, "no reboot without a slot"
+    assert [f.reason for f in ladder.findings()] == ["DisruptionSlotWaiting"] and ladder.step == "claim"
+    cluster.slots = 1
+    ladder.tick(fault_list(REBOOT))
+    assert cluster.held and host.count("reboot") == 1
+
+
+def test_a_slot_gone_while_the_agent_was_away_is_claimed_again(tmp_path):
+    cfg = enforce("drain", "reboot")
+    cluster = FakeCluster(drain_steps=5)
+    make(tmp_path, cfg, cluster=cluster).tick(fault_list(REBOOT))
+    assert record(tmp_path)["episode"]["slot"] is True
+    cluster2, host = FakeCluster(slots=0), FakeHost(cfg)  # a new process; the slot went to another node meanwhile
+    ladder = make(tmp_path, cfg, cluster=cluster2, host=host)
+    ladder.tick(fault_list(REBOOT))
+    assert record(tmp_path)["episode"]["slot"] is False and cluster2.count("drain") == 0 and host.count("reboot") == 0
+    assert value(ladder, "node_health_remediation_waiting", on="slot") == 1

@@ -122,6 +122,7 @@ class FakeCluster:
     held: bool = False
     retired: bool = False
     fail: Exception | None = None
+    renewals: int = 0
 
     def plan_drain(self, only_pod_uids: frozenset[str] | None = None) -> list[str]:
         return sorted(p for u, p in self.pods.items() if only_pod_uids is None or u in only_pod_uids)
@@ -142,6 +143,10 @@ class FakeCluster:
             self.held = True
             return True
         return False
+
+    def renew_slot(self, now: float) -> bool:
+        self.renewals += 1
+        return self.held
 
     def slot_wait(self) -> str:
         return "" if self.held else "every slot is held by other nodes (fake)"

@@ -8,6 +8,7 @@ from typing import Any
 
 from . import status as st
 from .cluster import RESOURCES, Cluster, Key, Obj, Request, Route, Watcher, apply_patch, clone
+from .workloads import check_preconditions
 
 POD_FIELDS = ("metadata.name", "metadata.namespace", "spec.nodeName", "spec.restartPolicy", "spec.schedulerName",
               "spec.serviceAccountName", "spec.hostNetwork", "status.phase", "status.podIP", "status.nominatedNodeName")
@@ -94,7 +95,11 @@ class Handlers:
                 options["gracePeriodSeconds"] = int(req.query["gracePeriodSeconds"])
             return 200, self.c.workloads.delete_pod(r.namespace, r.name, options)
         if verb == "delete":
-            obj = self.c.delete(key)
+            with self.c.lock:  # DeleteOptions.preconditions (uid, resourceVersion): 409 when they do not hold
+                cur = self.c.get(key)
+                if cur is not None:
+                    check_preconditions(cur, (req.json() or {}).get("preconditions") or {}, r.group, r.plural)
+                obj = self.c.delete(key)
             if obj is None:
                 raise st.not_found(r.group, r.plural, r.name)
             return 200, obj

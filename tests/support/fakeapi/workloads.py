@@ -316,14 +316,15 @@ def too_many(retry_after: int, cause: str) -> st.ApiStatus:
     return st.ApiStatus(429, "TooManyRequests", EVICT_MSG, details, headers)
 
 
-def check_preconditions(pod: Obj, pre: Obj) -> None:
-    meta = pod["metadata"]
+def check_preconditions(obj: Obj, pre: Obj, group: str = "", plural: str = "pods") -> None:
+    """DeleteOptions.preconditions (uid, resourceVersion): 409 Conflict when they do not hold (apiserver store.go)."""
+    meta = obj["metadata"]
     if pre.get("uid") and pre["uid"] != meta.get("uid"):
-        raise st.ApiStatus(409, "Conflict", f'Operation cannot be fulfilled on pods "{meta["name"]}": Precondition failed: '
-                           f'UID in precondition: {pre["uid"]}, UID in object meta: {meta.get("uid")}',
-                           {"name": meta["name"], "group": "", "kind": "pods"})
+        raise st.ApiStatus(409, "Conflict", f'Operation cannot be fulfilled on {st.qualified(group, plural)} "{meta["name"]}": '
+                           f'Precondition failed: UID in precondition: {pre["uid"]}, UID in object meta: {meta.get("uid")}',
+                           {"name": meta["name"], "group": group, "kind": plural})
     if pre.get("resourceVersion") and pre["resourceVersion"] != meta.get("resourceVersion"):
-        raise st.conflict("", "pods", meta["name"])
+        raise st.conflict(group, plural, meta["name"])
 
 
 def controller_of(pod: Obj) -> Obj | None:
