@@ -49,4 +49,6 @@ SPEC = CheckSpec(
     config=TrafficConfig,
     build=TrafficCheck,
     catalog=CATALOG,
+    # the pod watch is wanted for per-pod accounting (and shaping, when its section lands)
+    needs_pods=lambda cfg: bool(cfg.enabled and cfg.pods.enabled),
 )

@@ -11,8 +11,10 @@ from ..findings import ObservationBuilder, Severity
 from ..parsers.iptsave import KIND_RULE
 from .datapath import Verdict, Witness, cilium_routing, jump_bytes
 from .detect import Backend, resolve
+from .perpod import CHAINS as POD_CHAINS
+from .perpod import TAGS, Counted, from_pods, from_static, is_pod_tally, sub_chains, tally_key
 from .rule_sync import Outcome, clear_strays, reconcile
-from .rules import DIRECTIONS, FAMILIES, Current, Desired, desired, generation
+from .rules import DIRECTIONS, FAMILIES, Current, Desired, count_key, desired, family_of, generation
 from .tally import Tallies
 from .tools import (
     CAP_NET_ADMIN,
@@ -27,18 +29,28 @@ from .tools import (
 
 if TYPE_CHECKING:
     from ..check import CheckContext
+    from ..pods import PodView
     from .settings import TrafficConfig
 
 log = logging.getLogger(__name__)
 
 SUBJECT = "iptables"
 DATAPATH = "datapath"
+PODS = "pods"
 
 
 class Keeper:
     def __init__(self, ctx: CheckContext, cfg: TrafficConfig) -> None:
-        nets = [ipaddress.ip_network(r) for r in cfg.internal_ranges]
-        self.wanted: dict[str, Desired] = {f: w for f in FAMILIES if (w := desired(f, nets)) is not None}
+        self.nets = [ipaddress.ip_network(r) for r in cfg.internal_ranges]
+        self.per_pod = cfg.pods.enabled
+        self.pod_view: PodView | None = ctx.pods if self.per_pod else None
+        # without a cluster, the configured networks; with one, the pods as last known
+        self.counted: tuple[Counted, ...] = from_static(cfg.pods.static) if self.per_pod and ctx.pods is None else ()
+        self.pods_known = True  # False while the pod view says it does not know
+        self.pods_gen: int | None = None
+        self.wanted: dict[str, Desired] = {}
+        self.pod_rules = 0
+        self._want()
         self.choice = cfg.backend
         self.dry_run = ctx.dry_run
         self.state_dir = ctx.state_dir
@@ -58,12 +70,15 @@ class Keeper:
     def known_findings(self) -> list[tuple[str, str]]:
         out = [(SUBJECT, r) for r in ("NotApplicable", "InsufficientPrivilege", "TrafficBackendUnavailable")]
         out.append((DATAPATH, "TrafficDatapathBypass"))
+        if self.pod_view is not None:
+            out.append((PODS, "PodTrafficUnknown"))
         return out + [(f, r) for f in self.wanted for r in ("InsufficientPrivilege", "TrafficRulesNotInPlace")]
 
     def run(self, b: ObservationBuilder) -> None:
         if self.tallies is None:
             self.tallies = Tallies(self.state_dir)
         try:
+            self._pods(b)
             backend = self._prepare(b)
             if backend is not None:
                 self.jumps = {}
@@ -71,6 +86,7 @@ class Keeper:
                     self._family(b, backend, family)
                 if self.jumps:
                     self._datapath(b)
+                self._forget_pods()
         finally:
             self._export(b)
             if not self.dry_run:
@@ -78,6 +94,51 @@ class Keeper:
                     self.tallies.save()
                 except OSError as exc:
                     self._error("save", f"cannot write the traffic counters to {self.state_dir}: {exc}")
+
+    # ------------------------------------------------------------ what is counted per pod
+
+    def _want(self) -> None:
+        subs = {f: sub_chains(f, self.counted) if self.per_pod else () for f in FAMILIES}
+        self.wanted = {f: w for f in FAMILIES if (w := desired(f, self.nets, subs[f])) is not None}
+        self.pod_rules = sum(len(s.rules) for f in self.wanted for s in subs[f])
+        # per counted pod and direction, the tallies of its rules (the pod's addresses in families we count)
+        self.pod_tallies = [
+            (c, {d: [tally_key(TAGS[d], family_of(n), c.key(n)) for n in c.nets if family_of(n) in self.wanted]
+                 for d in DIRECTIONS})
+            for c in self.counted
+        ]
+
+    def _pods(self, b: ObservationBuilder) -> None:
+        """Take the pods in, when they changed; rules follow in this run."""
+        view = self.pod_view
+        if view is None:
+            return
+        gen = view.generation()
+        pods = view.pods()
+        if pods is None:
+            self.pods_known = False
+            self._problem(b, PODS, "PodTrafficUnknown", "the node's pods are not known: per-pod internet traffic "
+                          "is unknown (series withheld); the rules of the pods last known count on")
+            return
+        self.pods_known = True
+        self._recovered(PODS)
+        if gen == self.pods_gen:
+            return
+        self.pods_gen = gen
+        counted, notes = from_pods(pods)
+        for note in notes:
+            log.warning("per-pod traffic: %s", note)
+        if counted != self.counted:
+            self.counted = counted
+            self._want()
+
+    def _forget_pods(self) -> None:
+        """Tallies of rules no longer wanted (a pod that left): its series goes, and so does its state."""
+        assert self.tallies is not None
+        if not self.pods_known:
+            return
+        keep = {name for _, names in self.pod_tallies for d in DIRECTIONS for name in names[d]}
+        self.tallies.forget([k for k in self.tallies.tallies if is_pod_tally(k) and k not in keep])
 
     # ------------------------------------------------------------ backend
 
@@ -168,6 +229,12 @@ class Keeper:
             if tally.observe(generation(rec.comment) or "", rec.packets, rec.bytes):
                 log.info("%s %s count rule is new or was zeroed; %d bytes counted before it are kept",
                          family, direction, tally.base_bytes)
+        for direction, chain in POD_CHAINS.items():
+            for rec in cur.counted(chain):
+                key = count_key(rec.comment)
+                if key and rec.kind == KIND_RULE:
+                    self.tallies.named(tally_key(TAGS[direction], family, key)).observe(
+                        generation(rec.comment) or "", rec.packets, rec.bytes)
 
     # ------------------------------------------------------------ does netfilter see the traffic?
 
@@ -208,6 +275,27 @@ class Keeper:
             b.sample("node_health_traffic_rules_in_place", 1 if self.in_place.get(family) else 0, family=family)
         if self.backend is not None:
             b.sample("node_health_traffic_backend_info", 1, backend=self.backend.name)
+        if self.per_pod:
+            self._export_pods(b, known=self.pods_known and not blind)
+
+    def _export_pods(self, b: ObservationBuilder, known: bool) -> None:
+        """One series per counted pod and direction, its addresses summed; none at all while unknown."""
+        assert self.tallies is not None
+        b.sample("node_health_pod_traffic_accounting_up", 1 if known else 0)
+        b.sample("node_health_pod_traffic_rules", self.pod_rules)
+        if not known:
+            return
+        tallies = self.tallies.tallies
+        for c, names in self.pod_tallies:
+            for direction in DIRECTIONS if names[DIRECTIONS[0]] else ():
+                nbytes = packets = 0
+                for name in names[direction]:
+                    t = tallies.get(name)
+                    if t is not None:
+                        nbytes, packets = nbytes + t.total_bytes, packets + t.total_packets
+                labels = {"namespace": c.namespace, "pod": c.pod, "direction": direction}
+                b.sample("node_health_pod_traffic_bytes_total", nbytes, **labels)
+                b.sample("node_health_pod_traffic_packets_total", packets, **labels)
 
     def _problem(self, b: ObservationBuilder, subject: str, reason: str, message: str) -> None:
         b.finding(subject, reason, message)

@@ -177,19 +177,23 @@ class _Change:
         self.iptc, self.table, self.v6 = iptc, table, v6
 
     def run(self, plan: Plan) -> None:
-        for chain, specs in plan.rebuild:
+        for chain, _ in plan.rebuild:  # all there before any is filled: one may jump to another
             if self.table.is_chain(chain):
                 self.table.flush_entries(chain)
             else:
                 self.table.create_chain(chain)
+        for chain, specs in plan.rebuild:
             for spec in specs:
                 self.iptc.Chain(self.table, chain).append_rule(self.rule(spec))
         for doomed in sorted(plan.delete, key=lambda d: (d.chain, -d.position)):
             self.delete(doomed)
+        for chain, spec in plan.append:
+            self.iptc.Chain(self.table, chain).append_rule(self.rule(spec))
         for chain, spec in reversed(plan.insert):
             self.iptc.Chain(self.table, chain).insert_rule(self.rule(spec), 0)
-        for chain in plan.drop:
+        for chain in plan.drop:  # all flushed before any is deleted: one may jump to another
             self.table.flush_entries(chain)
+        for chain in plan.drop:
             self.table.delete_chain(chain)
 
     def rule(self, spec: Spec) -> Any:

@@ -13,12 +13,23 @@ Per address family with at least one internal range::
     (and the same for NODE-HEALTH-INTERNET-OUT with -o lo and -d)
 
 The count rule has no target: it counts and the packet falls off the end of
-our chain back into the built-in one. Its comment carries a generation, new
+our chain back into the built-in one (or, past the count rule, into the
+sub-chains hung there: see `SubChain`). Its comment carries a generation, new
 each time we (re)build the chain, so a rule re-created while the agent was
 down is told apart from one that kept counting (see `agent.traffic.tally`).
 
-Ours is what carries the ``node-health-agent:`` comment, plus the two chains
-above by exact name. A jump may sit anywhere in its built-in chain (we insert
+A sub-feature hangs a chain of its own (``NODE-HEALTH-POD-IN``: per-pod
+counting, `agent.traffic.perpod`) after the count rule of one internet chain
+with a jump commented ``node-health-agent:<tag>:jump``, so only traffic with
+the internet reaches it. A sub-chain is either ordered (rebuilt whole when it
+differs, like the internet chains) or a set (``ordered=False``: rules whose
+order does not matter, added and deleted one by one, so one pod coming or
+going leaves the other pods' count rules and their counters alone). Count
+rules anywhere are commented ``node-health-agent:<tag>:count[:<key>]`` and
+stamped with a generation when created.
+
+Ours is what carries the ``node-health-agent:`` comment, plus every chain
+named ``NODE-HEALTH-*`` in mangle. A jump may sit anywhere in its built-in chain (we insert
 at the top; a CNI that moves its own rules above ours is not fought), but must
 be there exactly once; our chains must hold exactly our rules, in order.
 """
@@ -29,6 +40,7 @@ import ipaddress
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from types import MappingProxyType
 
 from ..parsers.iptsave import COMMENT_PREFIX as _PREFIX_BYTES
@@ -45,7 +57,10 @@ CHAINS: Mapping[str, str] = MappingProxyType(
 HOOKS: Mapping[str, tuple[str, ...]] = MappingProxyType(
     {"INPUT": ("internet-in",), "FORWARD": ("internet-in", "internet-out"), "OUTPUT": ("internet-out",)}
 )
-_COUNT = re.compile(r"^(node-health-agent:internet-(?:in|out):count)(?::([0-9a-f]{8}))?$")
+CHAIN_PREFIX = "NODE-HEALTH-"
+KEY_HEX = 16  # length of a count rule's key (a generation is 8: the two are told apart by length)
+# node-health-agent:<tag>:count[:<key>][:<generation>]
+_COUNT = re.compile(r"^(node-health-agent:[a-z][a-z0-9-]*:count(?::[0-9a-f]{16})?)(?::([0-9a-f]{8}))?$")
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -85,10 +100,27 @@ def comment(direction: str, role: str, gen: str = "") -> str:
     return f"{COMMENT_PREFIX}{direction}:{role}" + (f":{gen}" if gen else "")
 
 
+@lru_cache(maxsize=8192)
 def generation(comment_text: str) -> str | None:
     """The generation of a count rule's comment ("" if it has none), None if it is not one."""
     m = _COUNT.match(comment_text)
     return None if m is None else (m.group(2) or "")
+
+
+@lru_cache(maxsize=8192)
+def count_key(comment_text: str) -> str:
+    """The key of a count rule's comment ("" for none or not a count rule)."""
+    m = _COUNT.match(comment_text)
+    if m is None:
+        return ""
+    head = m.group(1)
+    return head.rsplit(":", 1)[1] if not head.endswith(":count") else ""
+
+
+def count_tag(comment_text: str) -> str:
+    """The tag of a count rule's comment (``internet-in``, ``pod-out``); "" if it is not one."""
+    m = _COUNT.match(comment_text)
+    return "" if m is None else m.group(1)[len(COMMENT_PREFIX):].split(":", 1)[0]
 
 
 def _strip_gen(text: str) -> str:
@@ -102,10 +134,29 @@ def is_ours(comment_text: str) -> bool:
 
 def is_our_line(line: bytes) -> bool:
     """A saved rule line of ours (for counting other people's rules)."""
-    return _PREFIX_BYTES in line or any(f"-A {c} ".encode() in line for c in CHAINS.values())
+    return _PREFIX_BYTES in line or f"-A {CHAIN_PREFIX}".encode() in line
+
+
+def is_our_chain(name: str) -> bool:
+    return name.startswith(CHAIN_PREFIX)
 
 
 # ---------------------------------------------------------------- desired state
+
+
+@dataclass(frozen=True, slots=True)
+class SubChain:
+    """A chain of a sub-feature, hung from `direction`'s internet chain after its RETURNs and count rule."""
+
+    name: str  # NODE-HEALTH-...
+    direction: str  # internet-in | internet-out
+    tag: str  # comment tag of its jump (node-health-agent:<tag>:jump) and of its rules
+    rules: tuple[Spec, ...]
+    ordered: bool = True  # False: a set of rules, changed one by one (order does not matter)
+
+    def __post_init__(self) -> None:
+        if not is_our_chain(self.name) or self.name in CHAINS.values() or self.direction not in CHAINS:
+            raise ValueError(f"sub-chain {self.name} hung from {self.direction}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,25 +164,33 @@ class Desired:
     family: str
     chains: Mapping[str, tuple[Spec, ...]]  # our chain -> its rules, in order
     jumps: Mapping[str, tuple[Spec, ...]]  # built-in chain -> the jumps it must hold
+    unordered: frozenset[str] = frozenset()  # our chains whose rules are a set (see SubChain.ordered)
 
 
 def family_of(net: Network) -> str:
     return "ipv4" if net.version == 4 else "ipv6"
 
 
-def desired(family: str, ranges: Iterable[Network]) -> Desired | None:
-    """What `family` must hold; None when it has no internal range (then nothing of ours belongs there)."""
+def desired(family: str, ranges: Iterable[Network], subs: Sequence[SubChain] = ()) -> Desired | None:
+    """What `family` must hold, with `subs` hung in that order; None when it has no internal range (then
+    nothing of ours belongs there)."""
     nets = [n for n in ranges if family_of(n) == family]
     if not nets:
         return None
-    chains = {}
+    chains: dict[str, tuple[Spec, ...]] = {}
     for direction, chain in CHAINS.items():
         inbound = direction == "internet-in"
         lo = Spec(comment(direction, "loopback"), "RETURN", **{"iif" if inbound else "oif": "lo"})
         internal = [Spec(comment(direction, "internal"), "RETURN", **{"src" if inbound else "dst": str(n)}) for n in nets]
-        chains[chain] = (lo, *internal, Spec(comment(direction, "count")))
+        hung = [Spec(comment(sub.tag, "jump"), sub.name) for sub in subs if sub.direction == direction]
+        chains[chain] = (lo, *internal, Spec(comment(direction, "count")), *hung)
+    for sub in subs:
+        if sub.name in chains:
+            raise ValueError(f"sub-chain {sub.name} given twice")
+        chains[sub.name] = sub.rules
     jumps = {hook: tuple(Spec(comment(d, "jump"), CHAINS[d]) for d in dirs) for hook, dirs in HOOKS.items()}
-    return Desired(family, MappingProxyType(chains), MappingProxyType(jumps))
+    unordered = frozenset(sub.name for sub in subs if not sub.ordered)
+    return Desired(family, MappingProxyType(chains), MappingProxyType(jumps), unordered)
 
 
 # ---------------------------------------------------------------- what we find
@@ -139,8 +198,10 @@ def desired(family: str, ranges: Iterable[Network]) -> Desired | None:
 _OPTIONS = {"-s": "src", "-d": "dst", "-i": "iif", "-o": "oif", "-j": "target", "--comment": "comment"}
 
 
+@lru_cache(maxsize=8192)
 def parse_spec(text: str) -> Spec | None:
-    """A rule's text after ``-A CHAIN`` as a Spec; None when it uses anything we never use."""
+    """A rule's text after ``-A CHAIN`` as a Spec; None when it uses anything we never use (cached: the same
+    rules are read back every run)."""
     toks = [decode(t) for t, _ in tokens(text.encode("utf-8", "surrogateescape"))]
     fields: dict[str, str] = {}
     i = 0
@@ -173,16 +234,15 @@ class Current:
 
     @classmethod
     def of(cls, records: Iterable[IptRecord]) -> Current:
-        ours = set(CHAINS.values())
         chains: set[str] = set()
         rules: dict[str, list[IptRecord]] = {}
         for r in records:
             if r.table != TABLE:
                 continue
             if r.kind == 0:
-                if r.chain in ours:
+                if is_our_chain(r.chain):
                     chains.add(r.chain)
-            elif r.chain in ours or is_ours(r.comment):
+            elif is_our_chain(r.chain) or is_ours(r.comment):
                 rules.setdefault(r.chain, []).append(r)
         return cls(frozenset(chains), MappingProxyType({k: tuple(v) for k, v in rules.items()}))
 
@@ -194,6 +254,10 @@ class Current:
         """The count rule of `direction`'s chain, when the chain holds exactly one."""
         found = [r for r in self.rules.get(CHAINS[direction], ()) if generation(r.comment) is not None]
         return found[0] if len(found) == 1 else None
+
+    def counted(self, chain: str) -> Iterable[IptRecord]:
+        """The count rules of `chain` (with a key or not)."""
+        return (r for r in self.rules.get(chain, ()) if generation(r.comment) is not None)
 
 
 # ---------------------------------------------------------------- the plan
@@ -211,13 +275,14 @@ class Doomed:
 @dataclass(frozen=True, slots=True)
 class Plan:
     rebuild: tuple[tuple[str, tuple[Spec, ...]], ...] = ()  # our chains to create or flush, then fill
-    delete: tuple[Doomed, ...] = ()  # rules of ours outside our chains
+    delete: tuple[Doomed, ...] = ()  # rules of ours to delete one by one (outside our chains, or in a set)
+    append: tuple[tuple[str, Spec], ...] = ()  # rules to add at the end of a set chain of ours (after the deletes)
     insert: tuple[tuple[str, Spec], ...] = ()  # jumps to put at the top of their chain, in this order
-    drop: tuple[str, ...] = ()  # our chains to flush and delete (after the deletes)
+    drop: tuple[str, ...] = ()  # our chains to flush, then delete (after everything else)
     notes: tuple[str, ...] = field(default=(), compare=False)  # why, for the log
 
     def __bool__(self) -> bool:
-        return bool(self.rebuild or self.delete or self.insert or self.drop)
+        return bool(self.rebuild or self.delete or self.append or self.insert or self.drop)
 
     def rebuilt(self, chain: str) -> bool:
         return any(c == chain for c, _ in self.rebuild)
@@ -227,16 +292,27 @@ def plan_ensure(want: Desired, cur: Current, gen: str) -> Plan:
     """Changes that make `cur` hold exactly `want`; `gen` stamps rebuilt count rules."""
     notes: list[str] = []
     rebuild = []
+    delete: list[Doomed] = []
+    append: list[tuple[str, Spec]] = []
     for chain, specs in want.chains.items():
+        recs = cur.rules.get(chain, ())
+        if chain in want.unordered and chain in cur.chains and all(is_ours(r.comment) for r in recs):
+            gone, new = _set_diff(chain, specs, recs)
+            delete += gone
+            append += [(chain, _stamp(s, gen)) for s in new]
+            if gone or new:
+                notes.append(f"{chain}: {len(new)} rules to add, {len(gone)} to delete")
+            continue
         got = [parse_spec(r.rule) for r in cur.rules.get(chain, ())]
         if chain in cur.chains and _same(specs, got):
             continue
         notes.append(f"{chain} missing" if chain not in cur.chains else f"{chain} altered")
         rebuild.append((chain, tuple(_stamp(s, gen) for s in specs)))
-    delete: list[Doomed] = []
+    drop = tuple(sorted(c for c in cur.chains if c not in want.chains))
+    notes += [f"{c} not wanted" for c in drop]
     insert: list[tuple[str, Spec]] = []
     for chain in sorted(set(want.jumps) | set(cur.rules)):
-        if chain in want.chains:
+        if chain in want.chains or chain in drop:
             continue
         missing = list(want.jumps.get(chain, ()))
         for r in cur.rules.get(chain, ()):
@@ -249,21 +325,37 @@ def plan_ensure(want: Desired, cur: Current, gen: str) -> Plan:
                 missing.remove(hit)
         insert += [(chain, s) for s in missing]
         notes += [f"{chain} lacks {s.comment}" for s in missing]
-    return Plan(tuple(rebuild), tuple(delete), tuple(insert), (), tuple(notes))
+    return Plan(tuple(rebuild), tuple(delete), tuple(append), tuple(insert), drop, tuple(notes))
 
 
 def plan_remove(cur: Current) -> Plan:
     """Changes that leave nothing of ours: our rules in other chains, then our chains."""
     delete = tuple(
-        Doomed(chain, r.position, r.rule) for chain, recs in sorted(cur.rules.items()) if chain not in CHAINS.values()
+        Doomed(chain, r.position, r.rule) for chain, recs in sorted(cur.rules.items()) if not is_our_chain(chain)
         for r in recs
     )
-    drop = tuple(c for c in CHAINS.values() if c in cur.chains)
+    drop = tuple(sorted(cur.chains))
     return Plan(delete=delete, drop=drop, notes=("removing ours",) if delete or drop else ())
 
 
 def plan_for(want: Desired | None, cur: Current, gen: str) -> Plan:
     return plan_remove(cur) if want is None else plan_ensure(want, cur, gen)
+
+
+def _set_diff(chain: str, specs: Sequence[Spec], recs: Sequence[IptRecord]) -> tuple[list[Doomed], list[Spec]]:
+    """A set chain's rules to delete (foreign, altered, duplicated, not wanted) and the wanted ones it lacks."""
+    left = {_unstamped(s): s for s in specs}
+    gone = []
+    for r in recs:
+        spec = parse_spec(r.rule)
+        if spec is None or left.pop(_unstamped(spec), None) is None:
+            gone.append(Doomed(chain, r.position, r.rule))
+    return gone, list(left.values())
+
+
+@lru_cache(maxsize=8192)
+def _unstamped(spec: Spec) -> Spec:
+    return replace(spec, comment=_strip_gen(spec.comment))
 
 
 def _same(want: Sequence[Spec], got: Sequence[Spec | None]) -> bool:

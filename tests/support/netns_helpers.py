@@ -101,15 +101,22 @@ def write_config(path: Path, network: Mapping[str, Any], extra: str = "") -> str
 class Runner:
     """One network check object living inside a namespace; `run()` runs it once."""
 
-    def __init__(self, ns: NetNS, config: str, state_dir: str, env: Mapping[str, str] | None = None) -> None:
+    def __init__(self, ns: NetNS, config: str, state_dir: str, env: Mapping[str, str] | None = None,
+                 check: str = "network") -> None:
         self.proc = subprocess.Popen(
-            ["ip", "netns", "exec", ns.name, sys.executable, RUNNER, config, state_dir],
+            ["ip", "netns", "exec", ns.name, sys.executable, RUNNER, config, state_dir, check],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
             env={**os.environ, **(env or {})},
         )
+
+    def set_pods(self, pods: list[dict[str, Any]] | None) -> None:
+        """The pods the check sees from now on (None: not known); see netns_runner."""
+        assert self.proc.stdin
+        self.proc.stdin.write(f"pods {json.dumps(pods)}\n")
+        self.proc.stdin.flush()
 
     def run(self) -> Result:
         assert self.proc.stdin and self.proc.stdout
@@ -131,8 +138,9 @@ class Runner:
 
 
 @contextmanager
-def runner(ns: NetNS, config: str, state_dir: str, env: Mapping[str, str] | None = None) -> Iterator[Runner]:
-    r = Runner(ns, config, state_dir, env)
+def runner(ns: NetNS, config: str, state_dir: str, env: Mapping[str, str] | None = None,
+           check: str = "network") -> Iterator[Runner]:
+    r = Runner(ns, config, state_dir, env, check)
     try:
         yield r
     finally:
