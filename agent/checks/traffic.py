@@ -9,6 +9,11 @@ monotonic totals kept in the state dir (`agent.traffic.tally`). The backend
 kube-proxy's wrapper chooses it; on the first run, rules of ours found in the
 other backend or in a family without internal ranges are removed.
 
+Per pod (``[checks.traffic.pods]``, on by default) it also counts each pod's
+internet traffic (`agent.traffic.perpod`); with ``[checks.traffic.shaping]``
+enabled, it also limits pods' internet egress (`agent.traffic.shaper`). Both
+read the node's pods, hence `needs_pods`.
+
 Needs CAP_NET_ADMIN (and CAP_NET_RAW for legacy): without it, one
 InsufficientPrivilege finding and the counters held where they were. In a dry
 run (`agent run --dry-run`, `agent selftest`) nothing is changed or written.
@@ -49,6 +54,5 @@ SPEC = CheckSpec(
     config=TrafficConfig,
     build=TrafficCheck,
     catalog=CATALOG,
-    # the pod watch is wanted for per-pod accounting (and shaping, when its section lands)
-    needs_pods=lambda cfg: bool(cfg.enabled and cfg.pods.enabled),
+    needs_pods=lambda cfg: bool(cfg.pods.enabled or cfg.shaping.enabled),  # per-pod accounting, shaping
 )

@@ -174,6 +174,20 @@ class DrainSection:
 
 
 @dataclass(frozen=True)
+class PodWatchSection:
+    """The one watch on the node's pods (agent/kube/podwatch.py), started only when an enabled check reads pods."""
+
+    stale_after: float = opt(
+        300.0, "With the watch down this long, the node's pods are unknown (features say unknown, never \"no pods\").",
+        duration=True, min=10, max=86400,
+    )
+    watch_timeout: float = opt(
+        300.0, "Server-side timeout of one watch request, jittered up to twice this (as client-go's reflector).",
+        duration=True, min=60, max=3600,
+    )
+
+
+@dataclass(frozen=True)
 class KubernetesSection:
     enabled: bool = opt(True, "Turn active findings into taints, conditions and events on this node.")
     kubeconfig: str = opt(
@@ -213,4 +227,7 @@ class KubernetesSection:
     disruption_budget: DisruptionBudgetSection = field(
         default_factory=DisruptionBudgetSection,
         metadata={"doc": "Fleet-wide cap on nodes being drained, reset or rebooted (smaller than the taint budget)."},
+    )
+    pods: PodWatchSection = field(
+        default_factory=PodWatchSection, metadata={"doc": "The watch on this node's pods (when a check reads pods)."}
     )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import logging
-from collections.abc import Hashable
+from collections.abc import Hashable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from ..findings import ObservationBuilder, Severity
@@ -13,8 +13,10 @@ from .datapath import Verdict, Witness, cilium_routing, jump_bytes
 from .detect import Backend, resolve
 from .perpod import CHAINS as POD_CHAINS
 from .perpod import TAGS, Counted, from_pods, from_static, is_pod_tally, sub_chains, tally_key
-from .rule_sync import Outcome, clear_strays, reconcile
-from .rules import DIRECTIONS, FAMILIES, Current, Desired, count_key, desired, family_of, generation
+from .rule_sync import Outcome, clear_strays, read, reconcile
+from .rules import DIRECTIONS, FAMILIES, Current, Desired, SubChain, count_key, desired, family_of, generation
+from .shaper import Shaper
+from .shaping import assigned
 from .tally import Tallies
 from .tools import (
     CAP_NET_ADMIN,
@@ -29,7 +31,7 @@ from .tools import (
 
 if TYPE_CHECKING:
     from ..check import CheckContext
-    from ..pods import PodView
+    from ..pods import PodAddr, PodView
     from .settings import TrafficConfig
 
 log = logging.getLogger(__name__)
@@ -47,10 +49,12 @@ class Keeper:
         # without a cluster, the configured networks; with one, the pods as last known
         self.counted: tuple[Counted, ...] = from_static(cfg.pods.static) if self.per_pod and ctx.pods is None else ()
         self.pods_known = True  # False while the pod view says it does not know
-        self.pods_gen: int | None = None
-        self.wanted: dict[str, Desired] = {}
-        self.pod_rules = 0
-        self._want()
+        self.last_pods: tuple[PodAddr, ...] | None = None
+        self._counted_changed()
+        self.wanted: dict[str, Desired] = {
+            f: w for f in FAMILIES if (w := desired(f, self.nets, self.pod_subs[f])) is not None
+        }
+        self.shaper = Shaper(cfg.shaping, ctx.pods, ctx.state_dir, ctx.dry_run)
         self.choice = cfg.backend
         self.dry_run = ctx.dry_run
         self.state_dir = ctx.state_dir
@@ -72,6 +76,7 @@ class Keeper:
         out.append((DATAPATH, "TrafficDatapathBypass"))
         if self.pod_view is not None:
             out.append((PODS, "PodTrafficUnknown"))
+        out += self.shaper.known_findings()
         return out + [(f, r) for f in self.wanted for r in ("InsufficientPrivilege", "TrafficRulesNotInPlace")]
 
     def run(self, b: ObservationBuilder) -> None:
@@ -82,8 +87,10 @@ class Keeper:
             backend = self._prepare(b)
             if backend is not None:
                 self.jumps = {}
+                self._want(self.shaper.begin(b, lambda: self._shaped(backend)))
                 for family in self.wanted:
                     self._family(b, backend, family)
+                self.shaper.end(b)
                 if self.jumps:
                     self._datapath(b)
                 self._forget_pods()
@@ -94,51 +101,6 @@ class Keeper:
                     self.tallies.save()
                 except OSError as exc:
                     self._error("save", f"cannot write the traffic counters to {self.state_dir}: {exc}")
-
-    # ------------------------------------------------------------ what is counted per pod
-
-    def _want(self) -> None:
-        subs = {f: sub_chains(f, self.counted) if self.per_pod else () for f in FAMILIES}
-        self.wanted = {f: w for f in FAMILIES if (w := desired(f, self.nets, subs[f])) is not None}
-        self.pod_rules = sum(len(s.rules) for f in self.wanted for s in subs[f])
-        # per counted pod and direction, the tallies of its rules (the pod's addresses in families we count)
-        self.pod_tallies = [
-            (c, {d: [tally_key(TAGS[d], family_of(n), c.key(n)) for n in c.nets if family_of(n) in self.wanted]
-                 for d in DIRECTIONS})
-            for c in self.counted
-        ]
-
-    def _pods(self, b: ObservationBuilder) -> None:
-        """Take the pods in, when they changed; rules follow in this run."""
-        view = self.pod_view
-        if view is None:
-            return
-        gen = view.generation()
-        pods = view.pods()
-        if pods is None:
-            self.pods_known = False
-            self._problem(b, PODS, "PodTrafficUnknown", "the node's pods are not known: per-pod internet traffic "
-                          "is unknown (series withheld); the rules of the pods last known count on")
-            return
-        self.pods_known = True
-        self._recovered(PODS)
-        if gen == self.pods_gen:
-            return
-        self.pods_gen = gen
-        counted, notes = from_pods(pods)
-        for note in notes:
-            log.warning("per-pod traffic: %s", note)
-        if counted != self.counted:
-            self.counted = counted
-            self._want()
-
-    def _forget_pods(self) -> None:
-        """Tallies of rules no longer wanted (a pod that left): its series goes, and so does its state."""
-        assert self.tallies is not None
-        if not self.pods_known:
-            return
-        keep = {name for _, names in self.pod_tallies for d in DIRECTIONS for name in names[d]}
-        self.tallies.forget([k for k in self.tallies.tallies if is_pod_tally(k) and k not in keep])
 
     # ------------------------------------------------------------ backend
 
@@ -167,6 +129,69 @@ class Keeper:
             self._clear_strays(backend)
         b.subject(SUBJECT, f"iptables-{backend.name} ({self.why})")
         return backend
+
+    def _want(self, subs: Mapping[str, Sequence[SubChain]]) -> None:
+        """What each family must hold this run: the accounting rules, the per-pod chains and the sub-features'
+        chains (hung after the per-pod ones)."""
+        for family in list(self.wanted):
+            want = desired(family, self.nets, (*self.pod_subs[family], *subs.get(family, ())))
+            if want is not None:
+                self.wanted[family] = want
+
+    def _shaped(self, backend: Backend) -> dict[str, int]:
+        """Pod uid -> class minor, from the shaping rules in place (so a restart keeps every pod's class)."""
+        out: dict[str, int] = {}
+        for family in self.wanted:
+            try:
+                out.update(assigned(read(backend, family, existing_only=True), self.shaper.major))
+            except TrafficError as exc:
+                log.debug("cannot read the shaping rules of %s: %s", family, exc)
+        return out
+
+    # ------------------------------------------------------------ what is counted per pod
+
+    def _counted_changed(self) -> None:
+        self.pod_subs = {f: sub_chains(f, self.counted) if self.per_pod else () for f in FAMILIES}
+        counted_families = {family_of(n) for n in self.nets}
+        self.pod_rules = sum(len(s.rules) for f in counted_families for s in self.pod_subs[f])
+        # per counted pod and direction, the tallies of its rules (its addresses in the families we count)
+        self.pod_tallies = [
+            (c, {d: [tally_key(TAGS[d], family_of(n), c.key(n)) for n in c.nets if family_of(n) in counted_families]
+                 for d in DIRECTIONS})
+            for c in self.counted
+        ]
+
+    def _pods(self, b: ObservationBuilder) -> None:
+        """Take the pods in when they changed; their rules follow in this run."""
+        view = self.pod_view
+        if view is None:
+            return
+        pods = view.pods()
+        if pods is None:
+            self.pods_known = False
+            self._problem(b, PODS, "PodTrafficUnknown", "the node's pods are not known: per-pod internet traffic "
+                          "is unknown (series withheld); the rules of the pods last known count on")
+            return
+        self.pods_known = True
+        self._recovered(PODS)
+        snapshot = tuple(pods)  # compared, not the view's generation: cheap, and right whatever order it bumps in
+        if snapshot == self.last_pods:
+            return
+        self.last_pods = snapshot
+        counted, notes = from_pods(snapshot)
+        for note in notes:
+            log.warning("per-pod traffic: %s", note)
+        if counted != self.counted:
+            self.counted = counted
+            self._counted_changed()
+
+    def _forget_pods(self) -> None:
+        """Tallies of rules no longer wanted (a pod that left): its series goes, and so does its state."""
+        assert self.tallies is not None
+        if not self.pods_known:
+            return
+        keep = {name for _, names in self.pod_tallies for d in DIRECTIONS for name in names[d]}
+        self.tallies.forget([k for k in self.tallies.tallies if is_pod_tally(k) and k not in keep])
 
     def _clear_strays(self, backend: Backend) -> None:
         done, failed = clear_strays(backend, self.wanted, mutate=not self.dry_run)

@@ -177,7 +177,7 @@ class _Change:
         self.iptc, self.table, self.v6 = iptc, table, v6
 
     def run(self, plan: Plan) -> None:
-        for chain, _ in plan.rebuild:  # all there before any is filled: one may jump to another
+        for chain, _ in plan.rebuild:  # all in place first: one may jump to another
             if self.table.is_chain(chain):
                 self.table.flush_entries(chain)
             else:
@@ -191,9 +191,8 @@ class _Change:
             self.iptc.Chain(self.table, chain).append_rule(self.rule(spec))
         for chain, spec in reversed(plan.insert):
             self.iptc.Chain(self.table, chain).insert_rule(self.rule(spec), 0)
-        for chain in plan.drop:  # all flushed before any is deleted: one may jump to another
-            self.table.flush_entries(chain)
         for chain in plan.drop:
+            self.table.flush_entries(chain)
             self.table.delete_chain(chain)
 
     def rule(self, spec: Spec) -> Any:
@@ -207,7 +206,10 @@ class _Change:
         if spec.oif:
             r.out_interface = spec.oif
         r.create_match("comment").comment = spec.comment
-        r.target = self.iptc.Target(r, spec.target)  # "" is the standard target that only counts
+        target = self.iptc.Target(r, spec.target)  # "" is the standard target that only counts
+        for name, value in zip(spec.target_opts[::2], spec.target_opts[1::2], strict=True):
+            target.set_parameter(name.removeprefix("--"), value)  # e.g. CLASSIFY's set-class
+        r.target = target
         return r
 
     def delete(self, doomed: Doomed) -> None:

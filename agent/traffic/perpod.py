@@ -96,12 +96,13 @@ def sub_chains(family: str, counted: Sequence[Counted]) -> tuple[SubChain, ...]:
     for direction in DIRECTIONS:
         tag, inbound = TAGS[direction], direction == "internet-in"
         rules = tuple(
-            Spec(comment(tag, f"count:{c.key(net)}"), "RETURN", **{"dst" if inbound else "src": str(net)})
+            Spec(comment(tag, f"count:{c.key(net)}"), "RETURN", src="" if inbound else str(net),
+                 dst=str(net) if inbound else "")
             for c in counted
             for net in c.nets
             if family_of(net) == family
         )
-        out.append(SubChain(CHAINS[direction], direction, tag, rules, ordered=False))
+        out.append(SubChain(direction, CHAINS[direction], tag, rules, ordered=False))
     return tuple(out)
 
 

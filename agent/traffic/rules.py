@@ -13,23 +13,23 @@ Per address family with at least one internal range::
     (and the same for NODE-HEALTH-INTERNET-OUT with -o lo and -d)
 
 The count rule has no target: it counts and the packet falls off the end of
-our chain back into the built-in one (or, past the count rule, into the
-sub-chains hung there: see `SubChain`). Its comment carries a generation, new
+our chain back into the built-in one. Its comment carries a generation, new
 each time we (re)build the chain, so a rule re-created while the agent was
 down is told apart from one that kept counting (see `agent.traffic.tally`).
 
-A sub-feature hangs a chain of its own (``NODE-HEALTH-POD-IN``: per-pod
-counting, `agent.traffic.perpod`) after the count rule of one internet chain
-with a jump commented ``node-health-agent:<tag>:jump``, so only traffic with
-the internet reaches it. A sub-chain is either ordered (rebuilt whole when it
-differs, like the internet chains) or a set (``ordered=False``: rules whose
-order does not matter, added and deleted one by one, so one pod coming or
-going leaves the other pods' count rules and their counters alone). Count
-rules anywhere are commented ``node-health-agent:<tag>:count[:<key>]`` and
-stamped with a generation when created.
+A sub-feature (per-pod accounting, shaping) hangs a chain of its own from an
+internet chain with a `SubChain`: one jump at the end of that chain (after the
+count rule, so only traffic outside the internal ranges reaches it) and the
+sub-chain's rules, kept like the rest. A sub-chain no longer wanted is emptied
+and deleted with its jump. A sub-chain is either ordered (rebuilt whole when
+it differs, like the internet chains) or a set (``ordered=False``: rules whose
+order does not matter, added and deleted one by one, so that one pod coming or
+going leaves every other rule, and its counter, alone). Count rules anywhere
+are commented ``node-health-agent:<role>:count[:<key>]`` and stamped with a
+generation when created (per-pod rules carry a key: `agent.traffic.perpod`).
 
 Ours is what carries the ``node-health-agent:`` comment, plus every chain
-named ``NODE-HEALTH-*`` in mangle. A jump may sit anywhere in its built-in chain (we insert
+named ``NODE-HEALTH-…``. A jump may sit anywhere in its built-in chain (we insert
 at the top; a CNI that moves its own rules above ours is not fought), but must
 be there exactly once; our chains must hold exactly our rules, in order.
 """
@@ -58,8 +58,8 @@ HOOKS: Mapping[str, tuple[str, ...]] = MappingProxyType(
     {"INPUT": ("internet-in",), "FORWARD": ("internet-in", "internet-out"), "OUTPUT": ("internet-out",)}
 )
 CHAIN_PREFIX = "NODE-HEALTH-"
-KEY_HEX = 16  # length of a count rule's key (a generation is 8: the two are told apart by length)
-# node-health-agent:<tag>:count[:<key>][:<generation>]
+KEY_HEX = 16  # length of a count rule's key (a generation is 8 hex digits: the two are told apart by length)
+# node-health-agent:<role>:count[:<key>][:<generation>]
 _COUNT = re.compile(r"^(node-health-agent:[a-z][a-z0-9-]*:count(?::[0-9a-f]{16})?)(?::([0-9a-f]{8}))?$")
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -75,6 +75,7 @@ class Spec:
     dst: str = ""
     iif: str = ""
     oif: str = ""
+    target_opts: tuple[str, ...] = ()  # the target's options as iptables-save prints them, e.g. ("--set-class", "4e48:000a")
 
     def args(self) -> list[str]:
         """The rule as command-line arguments (after ``-A CHAIN``)."""
@@ -84,7 +85,7 @@ class Spec:
                 out += [flag, value]
         out += ["-m", "comment", "--comment", self.comment]
         if self.target:
-            out += ["-j", self.target]
+            out += ["-j", self.target, *self.target_opts]
         return out
 
     def restore_text(self) -> str:
@@ -109,16 +110,15 @@ def generation(comment_text: str) -> str | None:
 
 @lru_cache(maxsize=8192)
 def count_key(comment_text: str) -> str:
-    """The key of a count rule's comment ("" for none or not a count rule)."""
+    """The key of a count rule's comment ("" for none, or when it is not a count rule)."""
     m = _COUNT.match(comment_text)
-    if m is None:
+    if m is None or m.group(1).endswith(":count"):
         return ""
-    head = m.group(1)
-    return head.rsplit(":", 1)[1] if not head.endswith(":count") else ""
+    return m.group(1).rsplit(":", 1)[1]
 
 
-def count_tag(comment_text: str) -> str:
-    """The tag of a count rule's comment (``internet-in``, ``pod-out``); "" if it is not one."""
+def count_role(comment_text: str) -> str:
+    """The role of a count rule's comment (``internet-in``, ``pod-out``); "" if it is not one."""
     m = _COUNT.match(comment_text)
     return "" if m is None else m.group(1)[len(COMMENT_PREFIX):].split(":", 1)[0]
 
@@ -132,13 +132,13 @@ def is_ours(comment_text: str) -> bool:
     return comment_text.startswith(COMMENT_PREFIX)
 
 
+def is_our_chain(name: str) -> bool:
+    return name.startswith(CHAIN_PREFIX)
+
+
 def is_our_line(line: bytes) -> bool:
     """A saved rule line of ours (for counting other people's rules)."""
     return _PREFIX_BYTES in line or f"-A {CHAIN_PREFIX}".encode() in line
-
-
-def is_our_chain(name: str) -> bool:
-    return name.startswith(CHAIN_PREFIX)
 
 
 # ---------------------------------------------------------------- desired state
@@ -146,17 +146,20 @@ def is_our_chain(name: str) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class SubChain:
-    """A chain of a sub-feature, hung from `direction`'s internet chain after its RETURNs and count rule."""
+    """A chain of a sub-feature, jumped to from the end of `direction`'s internet chain."""
 
-    name: str  # NODE-HEALTH-...
-    direction: str  # internet-in | internet-out
-    tag: str  # comment tag of its jump (node-health-agent:<tag>:jump) and of its rules
+    direction: str  # "internet-in" or "internet-out"
+    name: str  # NODE-HEALTH-…
+    role: str  # its comments' middle part: node-health-agent:<role>:…
     rules: tuple[Spec, ...]
-    ordered: bool = True  # False: a set of rules, changed one by one (order does not matter)
+    ordered: bool = True  # False: a set of rules, changed one by one (their order does not matter)
 
     def __post_init__(self) -> None:
         if not is_our_chain(self.name) or self.name in CHAINS.values() or self.direction not in CHAINS:
             raise ValueError(f"sub-chain {self.name} hung from {self.direction}")
+
+    def jump(self) -> Spec:
+        return Spec(f"{COMMENT_PREFIX}{self.role}:jump", self.name)
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,7 +167,7 @@ class Desired:
     family: str
     chains: Mapping[str, tuple[Spec, ...]]  # our chain -> its rules, in order
     jumps: Mapping[str, tuple[Spec, ...]]  # built-in chain -> the jumps it must hold
-    unordered: frozenset[str] = frozenset()  # our chains whose rules are a set (see SubChain.ordered)
+    unordered: frozenset[str] = frozenset()  # our chains whose rules are a set (SubChain.ordered False)
 
 
 def family_of(net: Network) -> str:
@@ -172,21 +175,24 @@ def family_of(net: Network) -> str:
 
 
 def desired(family: str, ranges: Iterable[Network], subs: Sequence[SubChain] = ()) -> Desired | None:
-    """What `family` must hold, with `subs` hung in that order; None when it has no internal range (then
-    nothing of ours belongs there)."""
+    """What `family` must hold; None when it has no internal range (then nothing of ours belongs there).
+    `subs`: sub-feature chains hung from the internet chains, in this order."""
     nets = [n for n in ranges if family_of(n) == family]
     if not nets:
         return None
     chains: dict[str, tuple[Spec, ...]] = {}
     for direction, chain in CHAINS.items():
         inbound = direction == "internet-in"
-        lo = Spec(comment(direction, "loopback"), "RETURN", **{"iif" if inbound else "oif": "lo"})
-        internal = [Spec(comment(direction, "internal"), "RETURN", **{"src" if inbound else "dst": str(n)}) for n in nets]
-        hung = [Spec(comment(sub.tag, "jump"), sub.name) for sub in subs if sub.direction == direction]
+        lo = Spec(comment(direction, "loopback"), "RETURN", iif="lo" if inbound else "", oif="" if inbound else "lo")
+        internal = [
+            Spec(comment(direction, "internal"), "RETURN", src=str(n) if inbound else "", dst="" if inbound else str(n))
+            for n in nets
+        ]
+        hung = [sub.jump() for sub in subs if sub.direction == direction]
         chains[chain] = (lo, *internal, Spec(comment(direction, "count")), *hung)
     for sub in subs:
         if sub.name in chains:
-            raise ValueError(f"sub-chain {sub.name} given twice")
+            raise ValueError(f"sub-chain {sub.name} given twice or named as an internet chain")
         chains[sub.name] = sub.rules
     jumps = {hook: tuple(Spec(comment(d, "jump"), CHAINS[d]) for d in dirs) for hook, dirs in HOOKS.items()}
     unordered = frozenset(sub.name for sub in subs if not sub.ordered)
@@ -196,6 +202,7 @@ def desired(family: str, ranges: Iterable[Network], subs: Sequence[SubChain] = (
 # ---------------------------------------------------------------- what we find
 
 _OPTIONS = {"-s": "src", "-d": "dst", "-i": "iif", "-o": "oif", "-j": "target", "--comment": "comment"}
+_TARGET_OPTIONS = frozenset({"--set-class"})  # options of the targets our rules use (CLASSIFY), after -j
 
 
 @lru_cache(maxsize=8192)
@@ -204,9 +211,14 @@ def parse_spec(text: str) -> Spec | None:
     rules are read back every run)."""
     toks = [decode(t) for t, _ in tokens(text.encode("utf-8", "surrogateescape"))]
     fields: dict[str, str] = {}
+    opts: list[str] = []
     i = 0
     while i < len(toks):
         if toks[i] == "-m" and toks[i + 1 : i + 2] == ["comment"]:
+            i += 2
+            continue
+        if toks[i] in _TARGET_OPTIONS and "target" in fields and i + 1 < len(toks):
+            opts += toks[i : i + 2]
             i += 2
             continue
         name = _OPTIONS.get(toks[i])
@@ -222,7 +234,7 @@ def parse_spec(text: str) -> Spec | None:
                 return None
     if "comment" not in fields:
         return None
-    return Spec(**fields)
+    return Spec(**fields, target_opts=tuple(opts))
 
 
 @dataclass(frozen=True, slots=True)
@@ -276,10 +288,10 @@ class Doomed:
 class Plan:
     rebuild: tuple[tuple[str, tuple[Spec, ...]], ...] = ()  # our chains to create or flush, then fill
     delete: tuple[Doomed, ...] = ()  # rules of ours to delete one by one (outside our chains, or in a set)
-    append: tuple[tuple[str, Spec], ...] = ()  # rules to add at the end of a set chain of ours (after the deletes)
     insert: tuple[tuple[str, Spec], ...] = ()  # jumps to put at the top of their chain, in this order
-    drop: tuple[str, ...] = ()  # our chains to flush, then delete (after everything else)
+    drop: tuple[str, ...] = ()  # our chains to flush and delete (after the deletes)
     notes: tuple[str, ...] = field(default=(), compare=False)  # why, for the log
+    append: tuple[tuple[str, Spec], ...] = ()  # rules to add at the end of a set chain of ours (after the deletes)
 
     def __bool__(self) -> bool:
         return bool(self.rebuild or self.delete or self.append or self.insert or self.drop)
@@ -303,16 +315,14 @@ def plan_ensure(want: Desired, cur: Current, gen: str) -> Plan:
             if gone or new:
                 notes.append(f"{chain}: {len(new)} rules to add, {len(gone)} to delete")
             continue
-        got = [parse_spec(r.rule) for r in cur.rules.get(chain, ())]
+        got = [parse_spec(r.rule) for r in recs]
         if chain in cur.chains and _same(specs, got):
             continue
         notes.append(f"{chain} missing" if chain not in cur.chains else f"{chain} altered")
         rebuild.append((chain, tuple(_stamp(s, gen) for s in specs)))
-    drop = tuple(sorted(c for c in cur.chains if c not in want.chains))
-    notes += [f"{c} not wanted" for c in drop]
     insert: list[tuple[str, Spec]] = []
     for chain in sorted(set(want.jumps) | set(cur.rules)):
-        if chain in want.chains or chain in drop:
+        if chain in want.chains or is_our_chain(chain):  # ours and unwanted: dropped whole below
             continue
         missing = list(want.jumps.get(chain, ()))
         for r in cur.rules.get(chain, ()):
@@ -325,7 +335,9 @@ def plan_ensure(want: Desired, cur: Current, gen: str) -> Plan:
                 missing.remove(hit)
         insert += [(chain, s) for s in missing]
         notes += [f"{chain} lacks {s.comment}" for s in missing]
-    return Plan(tuple(rebuild), tuple(delete), tuple(append), tuple(insert), drop, tuple(notes))
+    drop = _drop_order(c for c in cur.chains if c not in want.chains)
+    notes += [f"{c} no longer wanted" for c in drop]
+    return Plan(tuple(rebuild), tuple(delete), tuple(insert), drop, tuple(notes), tuple(append))
 
 
 def plan_remove(cur: Current) -> Plan:
@@ -334,7 +346,7 @@ def plan_remove(cur: Current) -> Plan:
         Doomed(chain, r.position, r.rule) for chain, recs in sorted(cur.rules.items()) if not is_our_chain(chain)
         for r in recs
     )
-    drop = tuple(sorted(cur.chains))
+    drop = _drop_order(cur.chains)
     return Plan(delete=delete, drop=drop, notes=("removing ours",) if delete or drop else ())
 
 
@@ -342,8 +354,14 @@ def plan_for(want: Desired | None, cur: Current, gen: str) -> Plan:
     return plan_remove(cur) if want is None else plan_ensure(want, cur, gen)
 
 
+def _drop_order(chains: Iterable[str]) -> tuple[str, ...]:
+    """The internet chains (which jump to sub-chains) before the rest, so no chain is deleted while referenced."""
+    main = set(CHAINS.values())
+    return tuple(sorted(chains, key=lambda c: (c not in main, c)))
+
+
 def _set_diff(chain: str, specs: Sequence[Spec], recs: Sequence[IptRecord]) -> tuple[list[Doomed], list[Spec]]:
-    """A set chain's rules to delete (foreign, altered, duplicated, not wanted) and the wanted ones it lacks."""
+    """A set chain's rules to delete (altered, duplicated, not wanted) and the wanted ones it lacks."""
     left = {_unstamped(s): s for s in specs}
     gone = []
     for r in recs:

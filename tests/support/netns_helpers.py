@@ -12,7 +12,7 @@ import shutil
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -102,21 +102,15 @@ class Runner:
     """One network check object living inside a namespace; `run()` runs it once."""
 
     def __init__(self, ns: NetNS, config: str, state_dir: str, env: Mapping[str, str] | None = None,
-                 check: str = "network") -> None:
+                 args: Sequence[str] = ()) -> None:
         self.proc = subprocess.Popen(
-            ["ip", "netns", "exec", ns.name, sys.executable, RUNNER, config, state_dir, check],
+            ["ip", "netns", "exec", ns.name, sys.executable, RUNNER, config, state_dir, *args],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
             env={**os.environ, **(env or {})},
         )
-
-    def set_pods(self, pods: list[dict[str, Any]] | None) -> None:
-        """The pods the check sees from now on (None: not known); see netns_runner."""
-        assert self.proc.stdin
-        self.proc.stdin.write(f"pods {json.dumps(pods)}\n")
-        self.proc.stdin.flush()
 
     def run(self) -> Result:
         assert self.proc.stdin and self.proc.stdout
@@ -139,8 +133,9 @@ class Runner:
 
 @contextmanager
 def runner(ns: NetNS, config: str, state_dir: str, env: Mapping[str, str] | None = None,
-           check: str = "network") -> Iterator[Runner]:
-    r = Runner(ns, config, state_dir, env, check)
+           args: Sequence[str] = ()) -> Iterator[Runner]:
+    """`args`: a check name and a pods file (see netns_runner.py), for checks other than network."""
+    r = Runner(ns, config, state_dir, env, args)
     try:
         yield r
     finally:

@@ -1,9 +1,7 @@
-"""Runs inside a network namespace (`ip netns exec NS python netns_runner.py CONFIG STATE_DIR [CHECK]`):
+"""Runs inside a network namespace (`ip netns exec NS python netns_runner.py CONFIG STATE_DIR [CHECK [PODS]]`):
 builds the check (default: network) once, then runs it for every "run" line on stdin and
-prints the observation as one JSON line (plus open fds and live threads).
-
-A "pods JSON" line (a list of `agent.pods.PodAddr` fields, or null for "not known") sets the
-pods the check sees in `CheckContext.pods` (a static view standing in for the pod watch)."""
+prints the observation as one JSON line (plus open fds and live threads). PODS: a JSON file
+of `agent.pods.PodAddr` fields, read again at every run, served as the check's PodView."""
 
 from __future__ import annotations
 
@@ -12,26 +10,28 @@ import os
 import sys
 import threading
 
-from collections.abc import Sequence
-
 from agent.check import CheckContext
 from agent.pods import PodAddr
 from agent.runtime import Overrides, build_enabled, host_paths, load_config
 
 
-class StaticPods:
-    """A PodView whose pods the test sets."""
+class FilePods:
+    """A PodView over a JSON file (a list of PodAddr fields; absent file: pods unknown)."""
 
-    def __init__(self) -> None:
-        self._pods: tuple[PodAddr, ...] | None = ()
+    def __init__(self, path: str) -> None:
+        self.path = path
         self._gen = 0
+        self._last: object = None
 
-    def set(self, pods: Sequence[PodAddr] | None) -> None:
-        self._pods = None if pods is None else tuple(pods)
-        self._gen += 1
-
-    def pods(self) -> Sequence[PodAddr] | None:
-        return self._pods
+    def pods(self) -> list[PodAddr] | None:
+        try:
+            with open(self.path) as fh:
+                raw = json.load(fh)
+        except FileNotFoundError:
+            return None
+        if raw != self._last:
+            self._gen, self._last = self._gen + 1, raw
+        return [PodAddr(**{**p, "ips": tuple(p["ips"])}) for p in raw]
 
     def generation(self) -> int:
         return self._gen
@@ -40,16 +40,12 @@ class StaticPods:
 def main() -> None:
     config, state_dir = sys.argv[1], sys.argv[2]
     name = sys.argv[3] if len(sys.argv) > 3 else "network"
+    pods = FilePods(sys.argv[4]) if len(sys.argv) > 4 else None
     cfg = load_config(Overrides(config_path=config))
-    view = StaticPods()
-    ctx = CheckContext(paths=host_paths(cfg), state_dir=state_dir, config=cfg, pods=view)
+    ctx = CheckContext(paths=host_paths(cfg), state_dir=state_dir, config=cfg, pods=pods)
     [(check, _)] = build_enabled(ctx, [name])
     known = sorted(check.known_findings())  # type: ignore[attr-defined]
     for line in sys.stdin:
-        if line.startswith("pods "):
-            raw = json.loads(line[5:])
-            view.set(None if raw is None else [PodAddr(**{**p, "ips": tuple(p["ips"])}) for p in raw])
-            continue
         if line.strip() != "run":
             continue
         obs = check.run()

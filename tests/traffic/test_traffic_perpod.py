@@ -13,7 +13,7 @@ from agent.parsers.iptsave import parse
 from agent.pods import PodAddr
 from agent.traffic.nft import restore_batch
 from agent.traffic.perpod import from_pods, from_static, sub_chains
-from agent.traffic.rules import Current, Plan, SubChain, count_key, count_tag, desired, generation, plan_ensure, plan_remove
+from agent.traffic.rules import Current, Plan, SubChain, count_key, count_role, desired, generation, plan_ensure, plan_remove
 from agent.traffic.tally import Tallies
 
 NETS = [ipaddress.ip_network("10.0.0.0/8")]
@@ -67,7 +67,7 @@ def test_sub_chains_hang_after_the_count_rule() -> None:
     [rin] = w.chains[PIN]
     [rout] = w.chains[POUT]
     assert (rin.dst, rin.target, rout.src) == ("10.88.1.2/32", "RETURN", "10.88.1.2/32")
-    assert count_tag(rin.comment) == "pod-in" and len(count_key(rin.comment)) == 16 and generation(rin.comment) == ""
+    assert count_role(rin.comment) == "pod-in" and len(count_key(rin.comment)) == 16 and generation(rin.comment) == ""
     assert w.unordered == {PIN, POUT}
 
 
@@ -83,7 +83,7 @@ def test_stamped_comments_parse_back() -> None:
     [rule] = rebuilt[PIN]
     assert generation(rule.comment) == "abcdef01" and len(count_key(rule.comment)) == 16
     internet = rebuilt[IN][-2].comment
-    assert generation(internet) == "abcdef01" and count_key(internet) == "" and count_tag(internet) == "internet-in"
+    assert generation(internet) == "abcdef01" and count_key(internet) == "" and count_role(internet) == "internet-in"
 
 
 def test_pods_coming_and_going_change_only_their_rules() -> None:
@@ -127,14 +127,14 @@ def test_disabling_drops_the_sub_chains_after_unhooking_them() -> None:
 
 def test_sub_chain_must_be_ours() -> None:
     with pytest.raises(ValueError):
-        SubChain("KUBE-SERVICES", "internet-out", "x", ())
+        SubChain("internet-out", "KUBE-SERVICES", "x", ())
     with pytest.raises(ValueError):
-        SubChain(IN, "internet-out", "x", ())
+        SubChain("internet-out", IN, "x", ())
 
 
 def test_a_second_sub_chain_hangs_after_the_first() -> None:
     counted, _ = from_pods([pod("a", "10.88.1.2")])
-    shape = SubChain("NODE-HEALTH-SHAPE", "internet-out", "shape", ())
+    shape = SubChain("internet-out", "NODE-HEALTH-SHAPE", "shape", ())
     w = desired("ipv4", NETS, (*sub_chains("ipv4", counted), shape))
     assert w is not None
     assert [s.target for s in w.chains[OUT]][-2:] == [POUT, "NODE-HEALTH-SHAPE"]
@@ -265,4 +265,3 @@ def test_needs_pods() -> None:
     assert SPEC.needs_pods is not None
     assert SPEC.needs_pods(TrafficConfig()) is True
     assert SPEC.needs_pods(TrafficConfig(pods=PodsSection(enabled=False))) is False
-    assert SPEC.needs_pods(TrafficConfig(enabled=False)) is False

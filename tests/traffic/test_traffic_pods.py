@@ -1,10 +1,11 @@
 """Per-pod internet accounting against the real kernel, both backends: a node
 namespace routing for three pod namespaces, a cluster peer and an internet
 peer, real TCP. The traffic check runs in the node namespace with a static
-pod view standing in for the pod watch (netns_runner)."""
+pod view standing in for the pod watch (netns_runner's pods file)."""
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -28,6 +29,19 @@ def pods_json(L: PodLab, names: list[str]) -> list[dict]:
     return out
 
 
+class Pods:
+    """The pods file netns_runner serves as the check's PodView (absent: pods unknown)."""
+
+    def __init__(self, path) -> None:  # type: ignore[no-untyped-def]
+        self.path = path
+
+    def set(self, pods: list[dict] | None) -> None:
+        if pods is None:
+            self.path.unlink(missing_ok=True)
+        else:
+            self.path.write_text(json.dumps(pods))
+
+
 def per_pod(res: Result) -> dict[tuple[str, str], float]:
     return {(s["labels"]["pod"], s["labels"]["direction"]): float(s["value"])
             for s in res.data["samples"] if s["name"] == BYTES}
@@ -43,7 +57,11 @@ def checked(request, tmp_path):
     require_tool(f"iptables-{backend}")
     cfg = tmp_path / "agent.toml"
     cfg.write_text(f'[checks.traffic]\nbackend = "{backend}"\n')
-    with pod_lab(3) as L, runner(L.node, str(cfg), str(tmp_path / "state"), check="traffic") as r:  # type: ignore[arg-type]
+    pods = Pods(tmp_path / "pods.json")
+    pods.set([])
+    with pod_lab(3) as L, runner(L.node, str(cfg), str(tmp_path / "state"),  # type: ignore[arg-type]
+                                 args=("traffic", str(pods.path))) as r:
+        r.set_pods = pods.set  # type: ignore[attr-defined]
         yield L, r, backend
 
 
@@ -132,8 +150,7 @@ def test_restart_carries_the_counts_on(checked, tmp_path) -> None:
     r.close()
     L.node.run(f"iptables-{backend}", "-t", "mangle", "-F", "NODE-HEALTH-POD-OUT")  # re-created while down
     cfg = tmp_path / "agent.toml"
-    with runner(L.node, str(cfg), str(tmp_path / "state"), check="traffic") as again:  # type: ignore[arg-type]
-        again.set_pods(pods_json(L, ["pod0"]))
+    with runner(L.node, str(cfg), str(tmp_path / "state"), args=("traffic", str(tmp_path / "pods.json"))) as again:  # type: ignore[arg-type]
         assert per_pod(again.run())[("pod0", "internet-out")] >= before
         send(L.ns["pod0"], L.ns["internet"], "198.51.100.2", 1 * MB)
         assert per_pod(again.run())[("pod0", "internet-out")] >= before + 1 * MB
