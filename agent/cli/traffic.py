@@ -5,11 +5,12 @@ of the config (``--config``). ``show`` prints what the count rules themselves
 hold (they start at 0 when created); the monotonic totals are the agent's
 ``node_health_traffic_*_total`` metrics. ``remove`` without ``--backend``
 removes ours from both backends. A running agent puts removed rules back
-within one interval: disable the check first. Per-pod rules are wanted for the
-``[checks.traffic.pods] static`` entries only (the CLI has no pod watch):
-``install`` by hand on a cluster node takes the pods' rules out until the
-agent's next run puts them back (their counts carry on, less what was counted
-between the agent's last read and the install).
+within one interval: disable the check first. ``remove`` also gives the
+kernel back every root qdisc that shaping took over (htb ``qdisc_major``:).
+Per-pod rules are wanted for the ``[checks.traffic.pods] static`` entries
+only (the CLI has no pod watch): ``install`` by hand on a cluster node takes
+the pods' rules out until the agent's next run puts them back (their counts
+carry on, less what was counted between the agent's last read and the install).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from ..traffic.detect import Backend, backend_named, resolve
 from ..traffic.perpod import from_static, sub_chains
 from ..traffic.rule_sync import clear_strays, has_ours, read, reconcile, remove
 from ..traffic.rules import CHAINS, DIRECTIONS, FAMILIES, Current, Desired, Network, desired, plan_for
+from ..traffic.tc import TcError, give_back_everywhere
 from ..traffic.tools import CAP_NET_ADMIN, CAP_NET_RAW, TrafficError, missing_caps
 from .shared import Parser
 
@@ -157,7 +159,9 @@ def cmd_remove(args: argparse.Namespace) -> int:
                 if not out.in_place:
                     return _fail(args, f"{family}: still there: {'; '.join(out.remaining.notes)}")
                 lines.append(f"{family}: removed from iptables-{backend.name}")
-    except TrafficError as exc:
+        major = _config(args).shaping.qdisc_major
+        lines += [f"{dev}: root qdisc given back to the kernel" for dev in give_back_everywhere(major)]
+    except (TrafficError, TcError) as exc:
         return _fail(args, str(exc))
     print("\n".join(lines) if lines else "nothing of ours was installed")
     return 0

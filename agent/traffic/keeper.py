@@ -21,6 +21,7 @@ from .tally import Tallies
 from .tools import (
     CAP_NET_ADMIN,
     CAP_NET_RAW,
+    ErrorLog,
     NotPermitted,
     TrafficError,
     Unavailable,
@@ -64,7 +65,7 @@ class Keeper:
         self.strays_cleared = False
         self.in_place: dict[str, bool] = {}
         self.seen_in_place = {f: False for f in FAMILIES}
-        self.errors: dict[str, str] = {}  # key -> last error logged, for "once per state change"
+        self.errors = ErrorLog(log, "traffic")
         self.paths, self.cilium_socket = ctx.paths, cfg.cilium_socket
         self.witness = Witness(cfg.datapath_window, cfg.datapath_min_bytes)
         self.verdict: Verdict | None = None
@@ -327,13 +328,10 @@ class Keeper:
         self._error(subject, f"traffic {subject} {reason}: {message}")
 
     def _error(self, key: str, message: str) -> None:
-        """Logged at ERROR when it first appears or changes, at DEBUG while it repeats."""
-        (log.debug if self.errors.get(key) == message else log.error)("%s", message)
-        self.errors[key] = message
+        self.errors.error(key, message)
 
     def _recovered(self, key: str) -> None:
-        if self.errors.pop(key, None) is not None:
-            log.info("traffic %s: working again", key)
+        self.errors.recovered(key)
 
 
 def _human(n: int) -> str:

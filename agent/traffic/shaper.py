@@ -28,6 +28,7 @@ from .rules import SubChain
 from .settings import ShapingConfig
 from .shaping import Limit, assign, limits, subchain
 from .tc import ClassState, DeviceState, Tc, TcError
+from .tools import ErrorLog
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +65,7 @@ class Shaper:
         self.wanted: list[Limit] = []
         self.devices: dict[str, _Device] = {}
         self.leaf = ""  # leaf kind the kernel took last
-        self.errors: dict[str, str] = {}
+        self.errors = ErrorLog(log, "shaping")
 
     @property
     def enabled(self) -> bool:
@@ -140,9 +141,9 @@ class Shaper:
             if dev.problem:
                 self._problem(b, dev.name, dev.problem)
             elif add:
-                self._recovered(dev.name)
+                self.errors.recovered(dev.name)
                 b.subject(dev.name, self._detail(dev))
-        self._recovered(SUBJECT)
+        self.errors.recovered(SUBJECT)
 
     def _device(self, tc: Tc, dev: _Device, *, add: bool) -> None:
         assert self.roots is not None and self.minors is not None
@@ -211,7 +212,7 @@ class Shaper:
                 for name in list(self.roots):
                     self._give_back(tc, name)
         except TcError as exc:
-            self._error(SUBJECT, f"shaping is disabled but a root qdisc of ours could not be given back: {exc}")
+            self.errors.error(SUBJECT, f"shaping is disabled but a root qdisc of ours could not be given back: {exc}")
 
     # ------------------------------------------------------------ state file
 
@@ -240,7 +241,7 @@ class Shaper:
             self._state.ensure()
             self._state.write_json(STATE_FILE, {"version": VERSION, "roots": dict(sorted(self.roots.items()))})
         except OSError as exc:
-            self._error("save", f"cannot write {STATE_FILE} to the state dir: {exc}")
+            self.errors.error("save", f"cannot write {STATE_FILE} to the state dir: {exc}")
 
     # ------------------------------------------------------------ output
 
@@ -264,15 +265,7 @@ class Shaper:
     def _problem(self, b: ObservationBuilder, subject: str, message: str) -> None:
         b.finding(subject, "TrafficShapingNotInstalled", message,
                   severity=Severity.INFO if self.dry_run else None)
-        self._error(subject, f"shaping {subject}: {message}")
-
-    def _error(self, key: str, message: str) -> None:
-        (log.debug if self.errors.get(key) == message else log.error)("%s", message)
-        self.errors[key] = message
-
-    def _recovered(self, key: str) -> None:
-        if self.errors.pop(key, None) is not None:
-            log.info("shaping %s: working again", key)
+        self.errors.error(subject, f"shaping {subject}: {message}")
 
 
 def _rounded(bits: int) -> int:

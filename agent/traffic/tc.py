@@ -132,6 +132,11 @@ class Tc:
                         out.append(name)
         return out
 
+    def names(self) -> list[tuple[int, str]]:
+        """(index, name) of every link."""
+        links = self._call("listing links", self._ipr.get_links)
+        return [(int(link["index"]), str(link.get_attr("IFLA_IFNAME"))) for link in links]
+
     # ------------------------------------------------------------ reading
 
     def read(self, index: int, major: int) -> DeviceState:
@@ -212,6 +217,17 @@ class Tc:
             if getattr(exc, "code", None) == errno.ENOENT:
                 return
             raise _netlink_error(exc, f"deleting class {major:x}:{minor:x}") from None
+
+
+def give_back_everywhere(major: int) -> list[str]:
+    """Give back every root qdisc of ours (htb <major>:), on any device: the names of those given back."""
+    out = []
+    with Tc() as tc:
+        for index, name in tc.names():
+            if tc.read(index, major).ours(major):
+                tc.give_back(index, major)
+                out.append(name)
+    return out
 
 
 def _drops(msg: Any) -> int:

@@ -74,6 +74,7 @@ def test_shaped_pod_is_limited_to_the_internet_only(lab_and_pods, tmp_path) -> N
 
         # pod-a to the internet and to the cluster at once, pod-b (unshaped) to the internet beside them
         shaped, cluster, other = measure(L, [("pod-a", "internet"), ("pod-a", "cluster"), ("pod-b", "internet")])
+        print(f"limited pod: internet {mbit(shaped)}, cluster {mbit(cluster)}; unlimited pod: internet {mbit(other)}")
         assert within(shaped, LIMIT), f"shaped pod to the internet at {mbit(shaped)}, want {mbit(LIMIT)} ± 10 %"
         assert cluster > FULL, f"shaped pod to the cluster at {mbit(cluster)}: the limit must not apply"
         assert other > FULL, f"unshaped pod to the internet at {mbit(other)}"
@@ -91,6 +92,7 @@ def test_shaped_pod_is_limited_to_the_internet_only(lab_and_pods, tmp_path) -> N
         assert L.qdiscs() == before
         assert "CLASSIFY" not in L.node.run("iptables-nft-save", "-t", "mangle").stdout
         [freed] = measure(L, [("pod-a", "internet")], seconds=5)
+        print(f"limit removed: internet {mbit(freed)}")
         assert freed > FULL, f"pod to the internet at {mbit(freed)} after its limit was removed"
 
 
@@ -168,7 +170,8 @@ def test_malformed_annotation_is_a_finding(lab_and_pods, tmp_path) -> None:
 
 @pytest.mark.parametrize("backend", ["legacy", "nft"])
 def test_classify_rules_on_both_backends(backend: str, tmp_path) -> None:
-    """The CLASSIFY rules are written and read back in place by either backend (legacy: python-iptables)."""
+    """The CLASSIFY rules are written and read back in place by either backend (legacy: python-iptables);
+    `agent rules remove` takes them and the root qdisc away."""
     require_tool(f"iptables-{backend}")
     with shape_lab() as L:
         pods_file = tmp_path / "pods.json"
@@ -184,3 +187,9 @@ def test_classify_rules_on_both_backends(backend: str, tmp_path) -> None:
                "-j CLASSIFY --set-class 4e48:" in dump
         assert '-A NODE-HEALTH-INTERNET-OUT -m comment --comment "node-health-agent:shape:jump" -j NODE-HEALTH-SHAPE' \
                in dump
+        assert f"qdisc htb 4e48: dev {L.uplink} root" in L.qdiscs()
+        # `agent rules remove`: every rule and chain of ours, and the root qdisc given back
+        said = L.node.agent("rules", "remove", "--backend", backend, "--config", config(tmp_path, backend=backend))
+        assert f"{L.uplink}: root qdisc given back to the kernel" in said.stdout
+        assert f"qdisc noqueue 0: dev {L.uplink} root" in L.qdiscs()
+        assert "NODE-HEALTH" not in L.node.run(f"iptables-{backend}-save", "-t", "mangle").stdout

@@ -104,10 +104,26 @@ class Watcher:
         if now:
             return ("MODIFIED" if before else "ADDED"), obj
         if before:
-            gone = copy.deepcopy(old)
+            gone = clone(old)
             gone.setdefault("metadata", {})["resourceVersion"] = obj["metadata"]["resourceVersion"]
             return "DELETED", gone
         return None
+
+
+def clone(obj: Any) -> Any:
+    """A deep copy of a JSON-like object (dicts, lists, scalars), several times faster than copy.deepcopy
+    (no memo: objects in the store are trees); anything else falls back to copy.deepcopy."""
+    t = type(obj)
+    if t is dict:
+        return {k: v if type(v) in _SCALARS else clone(v) for k, v in obj.items()}
+    if t is list:
+        return [v if type(v) in _SCALARS else clone(v) for v in obj]
+    if t in _SCALARS:
+        return obj
+    return copy.deepcopy(obj)
+
+
+_SCALARS = frozenset((str, int, float, bool, type(None)))
 
 
 class Cluster:
@@ -131,7 +147,7 @@ class Cluster:
     def get(self, key: Key) -> Obj | None:
         with self.lock:
             obj = self.objects.get(key)
-            return copy.deepcopy(obj) if obj is not None else None
+            return clone(obj) if obj is not None else None
 
     def put(self, key: Key, obj: Obj, *, create: bool = False) -> Obj:
         """Store `obj` (a new resourceVersion and a watch event unless nothing changed)."""
@@ -139,17 +155,17 @@ class Cluster:
             old = self.objects.get(key)
             meta = obj.setdefault("metadata", {})
             if old is not None and not create and _same(old, obj):
-                return copy.deepcopy(old)
+                return clone(old)
             self.rv += 1
             meta["resourceVersion"] = str(self.rv)
             if old is None:
                 meta.setdefault("uid", str(uuid.uuid4()))
                 meta.setdefault("creationTimestamp", "2026-01-01T00:00:00Z")
-            self.objects[key] = copy.deepcopy(obj)
+            self.objects[key] = clone(obj)
             self.index.setdefault(key[:3], set()).add(key[3])
             self._publish("ADDED" if old is None else "MODIFIED", key, obj, old)
             self._after_write(key)
-            return copy.deepcopy(obj)
+            return clone(obj)
 
     def delete(self, key: Key) -> Obj | None:
         with self.lock:
@@ -168,12 +184,12 @@ class Cluster:
     def _publish(self, kind: str, key: Key, obj: Obj, old: Obj | None) -> None:
         if len(self.history) == self.history.maxlen:
             self.compacted = self.history[0][0]
-        old = copy.deepcopy(old)
-        self.history.append((self.rv, kind, key, copy.deepcopy(obj), old))
+        old = clone(old)
+        self.history.append((self.rv, kind, key, clone(obj), old))
         for w in list(self.watchers):
             ev = w.event(kind, obj, old) if w.matches(key) else None
             if ev is not None:
-                w.q.put((ev[0], copy.deepcopy(ev[1])))
+                w.q.put((ev[0], clone(ev[1])))
 
     def _after_write(self, key: Key) -> None:
         if key[:2] == ("coordination.k8s.io", "leases"):
@@ -229,7 +245,7 @@ class Cluster:
         for key, quota in self._quotas(ns):
             hard = (quota.get("spec") or {}).get("hard") or {}
             if QUOTA_LEASES in hard:
-                q = copy.deepcopy(quota)
+                q = clone(quota)
                 q["status"] = {"hard": dict(hard), "used": {QUOTA_LEASES: str(used)}}
                 self.put(key, q)
 
@@ -258,7 +274,7 @@ class Cluster:
     def freeze_cache(self) -> None:
         """From now on resourceVersion=0 reads see the objects as they are now (a lagging watch cache)."""
         with self.lock:
-            self.cache = copy.deepcopy(self.objects)
+            self.cache = clone(self.objects)
 
     def list(self, group: str, plural: str, ns: str, name: str | None, cached: bool) -> list[Obj]:
         with self.lock:
@@ -266,10 +282,10 @@ class Cluster:
             if name is not None:
                 obj = source.get((group, plural, ns, name))  # cluster-scoped objects have namespace ""
                 if obj is not None or ns:
-                    return [copy.deepcopy(obj)] if obj is not None else []
+                    return [clone(obj)] if obj is not None else []
             if name is not None:
-                return [copy.deepcopy(o) for k, o in source.items() if k[:2] == (group, plural) and k[3] == name]
-            return [copy.deepcopy(o) for k, o in sorted(source.items()) if k[:2] == (group, plural)
+                return [clone(o) for k, o in source.items() if k[:2] == (group, plural) and k[3] == name]
+            return [clone(o) for k, o in sorted(source.items()) if k[:2] == (group, plural)
                     and (not ns or k[2] == ns) and (name is None or k[3] == name)]
 
     def watch(self, w: Watcher, rv: str) -> list[tuple[str, Obj]]:
@@ -287,7 +303,7 @@ class Cluster:
                 if start < self.compacted:
                     raise st.expired(f"too old resource version: {start} ({self.compacted + 1})")
                 seen = [w.event(kind, o, old) for r, kind, key, o, old in self.history if r > start and w.matches(key)]
-                initial = [(ev[0], copy.deepcopy(ev[1])) for ev in seen if ev is not None]
+                initial = [(ev[0], clone(ev[1])) for ev in seen if ev is not None]
             self.watchers.append(w)
             return initial
 
