@@ -28,7 +28,17 @@ from .filewatch import FileWatcher, stamp
 from .findings import Finding, Sample, Severity
 from .metrics import build_registry
 from .registry import CATALOG
-from .runtime import Overrides, build_checks, build_sources, host_paths, load_config, node_name, state_dir
+from .runtime import (
+    Overrides,
+    build_checks,
+    build_sources,
+    host_paths,
+    load_config,
+    needs_pods,
+    node_name,
+    pods_once,
+    state_dir,
+)
 from .scheduler import Scheduler
 from .schema import ConfigError
 from .sdnotify import Notifier
@@ -41,6 +51,7 @@ from .web.tls import resolve
 
 if TYPE_CHECKING:
     from .kube.actuator import Actuator
+    from .pods import PodView
     from .remediation.runner import Runner
 
 SWITCH_INTERVAL = 0.001  # seconds; see Agent.run
@@ -83,6 +94,7 @@ class Daemon:
         )
         self.sources: list[EventSource] = []
         self.kube: Actuator | None = None
+        self.pods: PodView | None = None  # the one pod watch (the actuator's), while a check needs pods
         self.remedy: Runner | None = None
         self.state = StateDir(state_dir(cfg, explicit=bool(overrides.state_dir)))
         self._reloads = {"success": 0, "failure": 0}
@@ -103,13 +115,14 @@ class Daemon:
             "node-health-agent %s starting: node %s, parsers %s, config %s, state %s",
             __version__, node_name(self.cfg), native.describe(), self.cfg.source, self.state.path,
         )
-        self.scheduler.configure(
-            build_checks(self.cfg, self.state.path, dry_run=self.opts.dry_run), immediate=self.opts.once
-        )
         if self.opts.once:
+            pods = pods_once(self.cfg, self.opts.kubeconfig)
+            self.scheduler.configure(build_checks(self.cfg, self.state.path, dry_run=self.opts.dry_run, pods=pods), immediate=True)
             return self._once()
         self._bind_metrics()
         self._start_kube()
+        self._start_pods()
+        self.scheduler.configure(build_checks(self.cfg, self.state.path, dry_run=self.opts.dry_run, pods=self.pods))
         self._start_remediation()
         self._start_sources()
         self.store.subscribe(lambda snap: self.notifier.status(summary(snap)))
@@ -150,7 +163,9 @@ class Daemon:
         return 1 if worst is not None and worst.rank >= Severity.WARNING.rank else 0
 
     def _start_sources(self) -> None:
-        self.sources = build_sources(CheckContext(host_paths(self.cfg), self.state.path, self.cfg, self.opts.dry_run))
+        self.sources = build_sources(
+            CheckContext(host_paths(self.cfg), self.state.path, self.cfg, self.opts.dry_run, pods=self.pods)
+        )
         if self.kube is not None:
             self.sources.append(self.kube.source)
         if self.remedy is not None:
@@ -187,6 +202,15 @@ class Daemon:
             publish_samples=publish,
         )
 
+    def _start_pods(self) -> None:
+        """The pod watch runs while kubernetes is on and an enabled check reads pods (CheckSpec.needs_pods)."""
+        if self.kube is not None and needs_pods(self.cfg):
+            self.pods = self.kube.start_pod_watch()
+        else:
+            if self.kube is not None:
+                self.kube.stop_pod_watch()
+            self.pods = None
+
     def _start_remediation(self) -> None:
         from .remediation.runner import attribution, start
 
@@ -207,8 +231,9 @@ class Daemon:
 
     def _stop_kube(self) -> None:
         if self.kube is not None:
-            self.kube.stop()
+            self.kube.stop()  # and its pod watch
             self.kube = None
+        self.pods = None
 
     def _bind_metrics(self) -> None:
         key = "--listen" if self.overrides.listen else f"{self.cfg.source}: metrics.listen"
@@ -291,7 +316,6 @@ class Daemon:
         old, self.cfg = self.cfg, new
         old_web, self.web = self.web, new_web
         logging.getLogger().setLevel(new.agent.log_level.upper())
-        self.scheduler.configure(build_checks(new, self.state.path, dry_run=self.opts.dry_run))
         # Event sources are restarted only when what they are built from changed:
         # a SIGHUP must not cancel a preflight burn or re-open the kernel log.
         restart = (new.checks, new.paths, new.kubernetes, new.remediation) != (
@@ -308,6 +332,9 @@ class Daemon:
                 self._start_kube()
             except ConfigError as exc:
                 log.error("kubernetes: %s; node state is not synced until the next good reload", exc)
+        if new.kubernetes != old.kubernetes or needs_pods(new) != needs_pods(old):
+            self._start_pods()  # a new watch with a new actuator; started or stopped as the checks now need
+        self.scheduler.configure(build_checks(new, self.state.path, dry_run=self.opts.dry_run, pods=self.pods))
         if ladder:
             self._start_remediation()
             if self.remedy is not None:

@@ -9,6 +9,7 @@ import os
 import socket
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from .check import Check, CheckContext
 from .config import Config, load
@@ -17,6 +18,9 @@ from .registry import CHECKS
 from .schema import CheckConfig, ConfigError, host_port
 from .settings import AgentSection, PathsSection
 from .sources import EventSource
+
+if TYPE_CHECKING:
+    from .pods import PodView
 
 log = logging.getLogger(__name__)
 
@@ -85,10 +89,32 @@ def state_dir(cfg: Config, explicit: bool) -> str:
 
 
 def build_checks(
-    cfg: Config, state: str, only: list[str] | None = None, dry_run: bool = False
+    cfg: Config, state: str, only: list[str] | None = None, dry_run: bool = False, pods: PodView | None = None
 ) -> list[tuple[Check, CheckConfig]]:
-    ctx = CheckContext(paths=host_paths(cfg), state_dir=state, config=cfg, dry_run=dry_run)
+    ctx = CheckContext(paths=host_paths(cfg), state_dir=state, config=cfg, dry_run=dry_run, pods=pods)
     return build_enabled(ctx, only)
+
+
+def needs_pods(cfg: Config, only: Iterable[str] | None = None) -> bool:
+    """Whether a check that will run (enabled, or named in `only`) reads the node's pods as configured
+    (its CheckSpec.needs_pods): only then is the one pod watch started."""
+    wanted = set(only) if only else None
+    for name, spec in CHECKS.items():
+        c = cfg.checks[name]
+        if spec.needs_pods is not None and ((wanted is None and c.enabled) or (wanted is not None and name in wanted)):
+            if spec.needs_pods(c):
+                return True
+    return False
+
+
+def pods_once(cfg: Config, kubeconfig: str | None = None, only: Iterable[str] | None = None) -> PodView | None:
+    """For a single pass (`agent run --once`, `agent selftest`): the node's pods from one LIST when a check
+    needs them and a cluster is configured (no watch for one run); None otherwise."""
+    if not needs_pods(cfg, only) or not cfg.kubernetes.enabled:
+        return None
+    from .kube.actuator import pods_once as list_pods
+
+    return list_pods(cfg.kubernetes, node_name(cfg), kubeconfig)
 
 
 def build_enabled(ctx: CheckContext, only: Iterable[str] | None = None) -> list[tuple[Check, CheckConfig]]:

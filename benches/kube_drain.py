@@ -32,6 +32,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "support"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # kube_fleet, also when a test loads this file
 
 DISRUPTION_NS, DISRUPTION_QUOTA = "node-health-disruption", "node-health-disruption-budget"
 
@@ -67,13 +68,15 @@ def populate_node(fake: Any, node: str, ready_after: float) -> dict[str, int]:
     return {"evictable": 100, "kept": 10}
 
 
-def bench_node(rounds: int, ready_after: float, retry_max: float | None = None, qps: float | None = None) -> dict[str, Any]:
+def bench_node(rounds: int, ready_after: float, retry_max: float | None = None, qps: float | None = None,
+               watch: bool = False) -> dict[str, Any]:
     from agent.kube.api import Wait
+    from agent.kube.podwatch import PodWatch
     from agent.kube.remediate import KubeRemediation
     from fakeapi import FakeApiServer
-    from kube_support import make_api
+    from kube_support import make_api, wait_for
 
-    drained, walls, requests, refused = [], [], [], []
+    drained, walls, requests, refused, pod_reads = [], [], [], [], []
     for r in range(rounds):
         clock = VirtualClock(1000.0)
         fake = FakeApiServer(clock=clock, wall=lambda c=clock: 1.8e9 + c.t)  # type: ignore[misc]
@@ -88,8 +91,13 @@ def bench_node(rounds: int, ready_after: float, retry_max: float | None = None, 
             if qps is not None:
                 cfg = dataclasses.replace(cfg, drain=dataclasses.replace(cfg.drain, qps=qps))
             tmp = tempfile.mkdtemp(prefix="nha-drain-bench-")
+            pw = None
+            if watch:  # the agent's one pod watch (a check reads pods): the drain reads it instead of listing
+                pw = PodWatch(make_api(fake, tmp, cfg), "gpu-1", cfg.pods, rng=random.Random(r))
+                pw.start()
+                wait_for(lambda: pw is not None and pw.drain_pods() is not None)
             rem = KubeRemediation(make_api(fake, tmp, cfg, clock), "gpu-1", fake.node("gpu-1")["metadata"]["uid"], cfg,
-                                  namespace="node-health", rng=random.Random(r))
+                                  namespace="node-health", rng=random.Random(r), watched=pw.drain_pods if pw else None)
             t0, spent = clock.t, 0.0
             while clock.t - t0 < 7200:
                 w = time.perf_counter()
@@ -101,16 +109,31 @@ def bench_node(rounds: int, ready_after: float, retry_max: float | None = None, 
                     pass
                 spent += time.perf_counter() - w
                 clock.t += 1.0  # the ladder's tick
+                fake.tick()  # the kubelets and controllers act at this time, whether or not the agent asks
+                if pw is not None:  # the watch delivers within milliseconds; here, before the next tick
+                    wait_for(lambda: synced(fake, pw, "gpu-1"))
             drained.append(clock.t - t0)
             walls.append(spent)
             requests.append(len(fake.requests))
             refused.append(sum(1 for x in fake.requests if x.path.endswith("/eviction") and x.status == 429))
+            pod_reads.append(sum(1 for x in fake.requests if x.path == "/api/v1/pods"))
         finally:
+            if pw is not None:
+                pw.stop()
             fake.stop()
     med = sorted(drained)[len(drained) // 2]
     return {"rounds": rounds, "replacement_ready_after_s": ready_after, "drained_after_s_median": med,
             "drained_after_s": drained, "wall_in_agent_s_median": round(sorted(walls)[len(walls) // 2], 2),
-            "requests_median": sorted(requests)[len(requests) // 2], "pdb_429_median": sorted(refused)[len(refused) // 2]}
+            "requests_median": sorted(requests)[len(requests) // 2], "pdb_429_median": sorted(refused)[len(refused) // 2],
+            "pod_list_and_watch_requests_median": sorted(pod_reads)[len(pod_reads) // 2], "pod_watch": watch}
+
+
+def synced(fake: Any, pw: Any, node: str) -> bool:
+    """The pod watch has seen every pod write of `node` so far (pods, and which are terminating)."""
+    def key(p: dict[str, Any]) -> tuple[str, bool]:
+        return p["metadata"]["uid"], bool(p["metadata"].get("deletionTimestamp"))
+    live = {key(p) for p in fake.pods(node) if p["status"].get("phase") not in ("Succeeded", "Failed")}
+    return live == {key(p) for p in pw.drain_pods() or ()}
 
 
 # ---------------------------------------------------------------- the fleet
@@ -143,10 +166,10 @@ def populate_fleet(fake: Any, nodes: int, ready_after: float) -> None:
         ns = f"app-{app:05d}"
         fake.add_pdb(ns, "svc", {"app": "svc"}, max_unavailable=1)
         members = [(app * 10 + k) % nodes if k < 5 else (app * 10 + k + nodes // 2) % nodes for k in range(10)]
+        fake.workloads.replicasets[(ns, "svc")] = ReplicaSet(ns, "svc", 10, {"app": "svc"}, "spare-node", ready_after,
+                                                             uid=f"uid-replicaset-{ns}-svc", made=10)
         for k, n in enumerate(members):
             fake.add_pod(ns, f"svc-{k}", f"node-{n:05d}", labels={"app": "svc"}, owner=("ReplicaSet", "svc"))
-        fake.workloads.replicasets[(ns, "svc")] = ReplicaSet(ns, "svc", 10, {"app": "svc"}, "spare-node", ready_after,
-                                     uid=f"uid-replicaset-{ns}-svc", made=10)
     for i in range(nodes):
         fake.add_pod("scratch", f"job-{i:05d}", f"node-{i:05d}", owner=("ReplicaSet", f"job-{i}"))
         fake.add_pod("monitoring", f"exporter-{i:05d}", f"node-{i:05d}", owner=("DaemonSet", "exporter"))
@@ -182,7 +205,8 @@ def bench_fleet(nodes: int, budget: int, apf: float | None, reboot: float, ready
             done_at = max(done_at, t)
             continue
         heapq.heappush(heap, (max(nxt, t + 1e-3), i))
-    return summarize(fake, nodes, budget, done_at, time.perf_counter() - t0)
+    handled = sum(1 for a in agents if a.phase == "done")
+    return summarize(fake, nodes, budget, handled, done_at, time.perf_counter() - t0)
 
 
 def step(a: Agent, t: float, reboot: float) -> float:
@@ -203,13 +227,17 @@ def step(a: Agent, t: float, reboot: float) -> float:
     return a.until
 
 
-def summarize(fake: Any, nodes: int, budget: int, done_at: float, wall: float) -> dict[str, Any]:
+def summarize(fake: Any, nodes: int, budget: int, handled: int, done_at: float, wall: float) -> dict[str, Any]:
     peak = fake.leases_held_peak(DISRUPTION_NS)
     evictions = [r for r in fake.requests if r.path.endswith("/eviction")]
     per_s = collections.Counter(int(r.t) for r in evictions if r.status == 201)
     per_s_all = collections.Counter(int(r.t) for r in fake.requests)
+    left = sum(1 for p in fake.objects("", "pods") if p["metadata"]["namespace"] != "monitoring"
+               and p["spec"]["nodeName"] != "spare-node")
     return {
-        "nodes": nodes, "budget": budget, "max_slots_held": peak, "every_node_handled_after_s": round(done_at, 1),
+        "nodes": nodes, "budget": budget, "max_slots_held": peak, "slots_held_at_end": fake.cluster.leases_in(DISRUPTION_NS),
+        "handled": handled, "evictable_pods_left": left,
+        "every_node_handled_after_s": round(done_at, 1), "requests_per_node": round(len(fake.requests) / nodes, 1),
         "evictions_201": sum(per_s.values()), "evictions_429_pdb": sum(1 for r in evictions if r.status == 429),
         "peak_evictions_per_s": max(per_s.values(), default=0),
         "requests": len(fake.requests), "requests_429": sum(1 for r in fake.requests if r.status == 429),
@@ -227,6 +255,7 @@ def main() -> None:
     n.add_argument("--ready-after", type=float, default=10.0, help="seconds a replacement pod takes to turn Ready")
     n.add_argument("--retry-max", type=float, default=None, help="[kubernetes.drain] retry_max (default: the config's)")
     n.add_argument("--qps", type=float, default=None, help="[kubernetes.drain] qps (default: the config's)")
+    n.add_argument("--watch", action="store_true", help="the pod watch runs (a check reads pods): the drain reads it")
     f = sub.add_parser("fleet", help="every node of a fleet fails at once")
     f.add_argument("--nodes", type=int, default=7500)
     f.add_argument("--budget", type=int, default=75)
@@ -238,7 +267,7 @@ def main() -> None:
 
     logging.disable(logging.WARNING)  # a fleet logs every refused eviction once
     if a.what == "node":
-        out = bench_node(a.rounds, a.ready_after, a.retry_max, a.qps)
+        out = bench_node(a.rounds, a.ready_after, a.retry_max, a.qps, a.watch)
     else:
         out = bench_fleet(a.nodes, a.budget, a.apf or None, a.reboot, a.ready_after)
     print(json.dumps(out, indent=2))

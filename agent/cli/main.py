@@ -103,7 +103,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_selftest(args: argparse.Namespace) -> int:
     from .. import logs, selftest
     from ..registry import CATALOG, CHECKS
-    from ..runtime import build_checks, load_config, state_dir
+    from ..runtime import build_checks, load_config, pods_once, state_dir
     from ..scheduler import Scheduler
     from ..store import Store
 
@@ -114,8 +114,10 @@ def cmd_selftest(args: argparse.Namespace) -> int:
             raise UsageError(f"--only: unknown check \"{name}\"{did_you_mean(name, CHECKS)}")
     store = Store()
     sched = Scheduler(store, CATALOG)
-    # A selftest looks and changes nothing (no rules installed, no state written).
-    sched.configure(build_checks(cfg, state_dir(cfg, explicit=False), args.only, dry_run=True), immediate=True)
+    # A selftest looks and changes nothing (no rules installed, no state written); a check that reads the
+    # node's pods gets them from one LIST (no watch), where a cluster is configured.
+    pods = pods_once(cfg, only=args.only)
+    sched.configure(build_checks(cfg, state_dir(cfg, explicit=False), args.only, dry_run=True, pods=pods), immediate=True)
     sched.run_once()
     if args.burn is not None:
         from .burn import selftest_burn

@@ -5,7 +5,8 @@ of the config (``--config``). ``show`` prints what the count rules themselves
 hold (they start at 0 when created); the monotonic totals are the agent's
 ``node_health_traffic_*_total`` metrics. ``remove`` without ``--backend``
 removes ours from both backends. A running agent puts removed rules back
-within one interval: disable the check first.
+within one interval: disable the check first. ``remove`` also gives the
+kernel back every root qdisc that shaping took over (htb ``qdisc_major``:).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 from ..traffic.detect import Backend, backend_named, resolve
 from ..traffic.rule_sync import clear_strays, has_ours, read, reconcile, remove
 from ..traffic.rules import CHAINS, DIRECTIONS, FAMILIES, Current, desired, plan_for
+from ..traffic.tc import TcError, give_back_everywhere
 from ..traffic.tools import CAP_NET_ADMIN, CAP_NET_RAW, TrafficError, missing_caps
 from .shared import Parser
 
@@ -147,7 +149,9 @@ def cmd_remove(args: argparse.Namespace) -> int:
                 if not out.in_place:
                     return _fail(args, f"{family}: still there: {'; '.join(out.remaining.notes)}")
                 lines.append(f"{family}: removed from iptables-{backend.name}")
-    except TrafficError as exc:
+        major = _config(args).shaping.qdisc_major
+        lines += [f"{dev}: root qdisc given back to the kernel" for dev in give_back_everywhere(major)]
+    except (TrafficError, TcError) as exc:
         return _fail(args, str(exc))
     print("\n".join(lines) if lines else "nothing of ours was installed")
     return 0

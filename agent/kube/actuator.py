@@ -25,10 +25,12 @@ from typing import Any
 
 from ..catalog import Catalog
 from ..findings import Finding, Sample
+from ..pods import PodView
 from ..statedir import StateDir
 from ..store import Snapshot
 from . import SOURCE
 from .api import ApiError, KubeApi, Stats, Wait
+from .podwatch import PodWatch, list_once
 from .reconciler import Reconciler
 from .settings import KillSwitchSection, KubernetesSection
 
@@ -46,6 +48,7 @@ class FindingsSource:
     def __init__(self) -> None:
         self._emit: Callable[[Sequence[Finding], Sequence[Sample]], None] | None = None
         self._findings: tuple[Finding, ...] = ()
+        self.watching_pods = False  # PodsUnknown is known (exported at 0) only while the pod watch runs
 
     def start(self, emit: Callable[[Sequence[Finding], Sequence[Sample]], None]) -> None:
         self._emit = emit
@@ -55,7 +58,8 @@ class FindingsSource:
         self._emit = None
 
     def known_findings(self) -> Iterable[tuple[str, str]]:
-        return (("budget", "TaintBudgetExhausted"), ("budget", "TaintBudgetMissing"), ("api", "KubeApiError"))
+        pods = (("pods", "PodsUnknown"),) if self.watching_pods else ()
+        return (("budget", "TaintBudgetExhausted"), ("budget", "TaintBudgetMissing"), ("api", "KubeApiError"), *pods)
 
     def publish(self, findings: tuple[Finding, ...]) -> None:
         if findings != self._findings:
@@ -162,6 +166,7 @@ class Actuator:
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self.kill_switch: KillSwitch | None = None
+        self.pod_watch: PodWatch | None = None
         api = reconciler.api
         if api is not None and kill_switch is not None and kill_switch.name:
             self.kill_switch = KillSwitch(api, kill_switch, self._paused, self._stop)
@@ -184,8 +189,35 @@ class Actuator:
         self._wake.set()
         if self.kill_switch is not None:
             self.kill_switch.interrupt()
+        self.stop_pod_watch()
         for t in self._threads:
             t.join(timeout=5)
+
+    # ------------------------------------------------------------ the node's pods (agent.pods)
+
+    def start_pod_watch(self) -> PodWatch | None:
+        """The one watch on this node's pods, through this actuator's client and gate (None without a cluster)."""
+        rec = self.reconciler
+        if rec.api is None:
+            return None
+        if self.pod_watch is None:
+            self.pod_watch = PodWatch(rec.api, rec.node_name, rec.cfg.pods, startup_jitter=rec.cfg.startup_jitter,
+                                      on_change=self._wake.set)
+            self.pod_watch.start()
+            self.source.watching_pods = True
+        return self.pod_watch
+
+    def stop_pod_watch(self) -> None:
+        pw, self.pod_watch = self.pod_watch, None
+        self.source.watching_pods = False
+        if pw is not None:
+            pw.stop()
+            self._wake.set()
+
+    def watched_pods(self) -> list[dict[str, Any]] | None:
+        """The node's pods for the drain while the pod watch is open; None: list them."""
+        pw = self.pod_watch
+        return pw.drain_pods() if pw is not None else None
 
     def _paused(self, state: bool | None) -> None:
         self.reconciler.paused = state
@@ -206,16 +238,32 @@ class Actuator:
             self._wake.wait(timeout=min(IDLE_WAKE, max(0.0, wake - time.monotonic())))
 
     def _publish(self) -> None:
-        rec = self.reconciler
-        self.source.publish(rec.findings())
+        rec, pw = self.reconciler, self.pod_watch
+        self.source.publish(rec.findings() + (pw.findings() if pw is not None else ()))
         if self.kill_switch is None:
             ks = "disabled"
         else:
             ks = {True: "paused", False: "active", None: "unknown"}[rec.paused]
-        samples = rec.samples(ks)
+        samples = rec.samples(ks) + (pw.samples() if pw is not None else [])
         if samples != self._samples:
             self._samples = samples
             self._publish_samples(samples)
+
+
+def connect(k: KubernetesSection, kubeconfig: str | None, stats: Stats) -> tuple[KubeApi, str] | None:
+    """A client for the cluster behind its gate, and where it came from (None: no cluster found).
+    Raises ConfigError for bad credentials."""
+    from .connect import build_client, find_cluster
+
+    cluster = find_cluster(kubeconfig, k.kubeconfig)
+    if cluster is None:
+        return None
+    from .ratelimit import Gate
+
+    client, reauth = build_client(cluster)
+    gate = Gate(qps=k.qps, burst=k.burst, backoff_max=k.backoff_max, now=time.monotonic())
+    api = KubeApi(client, gate=gate, clock=time.monotonic, stats=stats, timeout=k.request_timeout, reauth=reauth)
+    return api, cluster.describe()
 
 
 def start(
@@ -225,22 +273,24 @@ def start(
     """Build and start the actuator (None when the feature is off). Raises ConfigError for bad credentials."""
     if not k.enabled:
         return None
-    from .connect import build_client, find_cluster
-
-    cluster = find_cluster(kubeconfig, k.kubeconfig)
-    api = None
     stats = Stats()
     now = time.monotonic()
-    if cluster is None:
+    found = connect(k, kubeconfig, stats)
+    api = found[0] if found is not None else None
+    if found is None:
         log.warning("no cluster configured (no --kubeconfig, $KUBECONFIG or service account): dry run, nothing is written")
     else:
-        from .ratelimit import Gate
-
-        client, reauth = build_client(cluster)
-        gate = Gate(qps=k.qps, burst=k.burst, backoff_max=k.backoff_max, now=now)
-        api = KubeApi(client, gate=gate, clock=time.monotonic, stats=stats, timeout=k.request_timeout, reauth=reauth)
-        log.info("kubernetes: node %s via %s%s", node, cluster.describe(), " (dry run)" if dry_run or k.dry_run else "")
+        log.info("kubernetes: node %s via %s%s", node, found[1], " (dry run)" if dry_run or k.dry_run else "")
     rec = Reconciler(k, node, state, catalog=catalog, api=api, dry_run=dry_run or k.dry_run, now=now, stats=stats)
     act = Actuator(rec, kill_switch=k.kill_switch, publish_samples=publish_samples)
     act.start()
     return act
+
+
+def pods_once(k: KubernetesSection, node: str, kubeconfig: str | None) -> PodView | None:
+    """The node's pods from one LIST, for a single pass (`agent run --once`, `agent selftest`): no watch is
+    worth starting for one run. None without a cluster; a view whose pods() is None when the LIST failed."""
+    if not k.enabled:
+        return None
+    found = connect(k, kubeconfig, Stats())
+    return list_once(found[0], node) if found is not None else None

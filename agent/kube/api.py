@@ -287,12 +287,37 @@ class KubeApi:
         self, ns: str, name: str, rv: str, timeout: int, block: Callable[[float], bool], on_open: Callable[[Any], None]
     ) -> Iterator[dict[str, Any]]:
         """Events of one ConfigMap after `rv` (BOOKMARKs included) until the server ends the watch."""
+        return self._watch("configmaps", self.core.list_namespaced_config_map, (ns,), f"metadata.name={name}",
+                           rv, timeout, block, on_open)
+
+    # ------------------------------------------------------------ pods (the node's, for agent.pods)
+
+    def list_pods(self, node: str, resource_version: str, block: Callable[[float], bool]) -> tuple[list[dict[str, Any]], str]:
+        """The pods bound to `node` and the list's resourceVersion (to watch from). resource_version "0": from the
+        watch cache (cheap, maybe a little behind, which the watch then catches up on); "": a consistent read."""
+        kwargs: dict[str, Any] = {"field_selector": f"spec.nodeName={node}", "block": block}
+        if resource_version:
+            kwargs["resource_version"] = resource_version
+        body = self.call("list", "pods", self.core.list_pod_for_all_namespaces, **kwargs)
+        return list(body.get("items") or []), str((body.get("metadata") or {}).get("resourceVersion", ""))
+
+    def watch_pods(
+        self, node: str, rv: str, timeout: int, block: Callable[[float], bool], on_open: Callable[[Any], None]
+    ) -> Iterator[dict[str, Any]]:
+        """Events of the pods bound to `node` after `rv` (BOOKMARKs included) until the server ends the watch."""
+        return self._watch("pods", self.core.list_pod_for_all_namespaces, (), f"spec.nodeName={node}",
+                           rv, timeout, block, on_open)
+
+    def _watch(
+        self, resource: str, fn: Callable[..., Any], args: tuple[Any, ...], selector: str, rv: str, timeout: int,
+        block: Callable[[float], bool], on_open: Callable[[Any], None],
+    ) -> Iterator[dict[str, Any]]:
         from kubernetes.watch.watch import iter_resp_lines
 
         resp = self._send(
-            "watch", "configmaps", self.core.list_namespaced_config_map, (ns,),
+            "watch", resource, fn, args,
             {
-                "field_selector": f"metadata.name={name}", "watch": True, "allow_watch_bookmarks": True,
+                "field_selector": selector, "watch": True, "allow_watch_bookmarks": True,
                 "resource_version": rv, "timeout_seconds": timeout,
                 "_request_timeout": (self.timeout, WATCH_READ_TIMEOUT),
             },

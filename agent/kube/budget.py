@@ -12,7 +12,11 @@ it once its node carries none of its budgeted taints. Admission charges a
 create before the store sees the name, so a full quota answers 403 even to an
 agent whose Lease exists: a GET of the Lease tells "mine" from "none left".
 A missing quota would mean "no cap", so the agent then withholds its taints
-(fail closed) and says so.
+(fail closed) and says so. The quota is read again when the last sight of it
+is older than the resync interval (and its jitter: the longest retry wait); a
+403 "exceeded quota" naming the Lease count is such a sight, so an agent that
+waits for a slot costs one create per retry, not a create and a GET of the
+quota.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from .api import ApiError, KubeApi
 log = logging.getLogger(__name__)
 
 QUOTA_KEY = "count/leases.coordination.k8s.io"
+JITTER = 0.2  # every retry wait is jittered by ±20 %
 
 
 class BudgetConfig(Protocol):
@@ -50,7 +55,7 @@ class Budget:
         self.held = held or not cfg.enabled
         self.state = "disabled" if not cfg.enabled else ("held" if held else "idle")
         self.retry_at = 0.0
-        self._recheck = recheck  # how long a seen quota is trusted; also the longest retry wait
+        self._recheck = recheck  # how long a seen quota is trusted (+ jitter); also the longest retry wait
         self._rng = rng
         self._failures = 0
         self._quota_seen_at: float | None = None
@@ -82,6 +87,8 @@ class Budget:
             self.api.create_lease(self.cfg.namespace, self._lease(uid))
         except ApiError as exc:
             if exc.status == 403 and "exceeded quota" in exc.message:
+                if QUOTA_KEY in exc.message:  # admission named the quota that caps Leases: seen now
+                    self._quota_seen_at = now
                 if self._absent:
                     return self._refused(now, "exhausted")
                 self._unsure = True
@@ -139,7 +146,7 @@ class Budget:
         return True
 
     def _quota_present(self, now: float) -> bool:
-        if self._quota_seen_at is not None and now - self._quota_seen_at < self._recheck:
+        if self._quota_seen_at is not None and now - self._quota_seen_at < self._recheck * (1 + JITTER):
             return True
         assert self.api is not None
         try:
@@ -162,5 +169,5 @@ class Budget:
         self.state = state
         self._failures += 1
         wait = min(self._recheck, self.cfg.retry_interval * 2 ** (self._failures - 1))
-        self.retry_at = now + wait * (0.8 + 0.4 * self._rng.random())
+        self.retry_at = now + wait * (1 - JITTER + 2 * JITTER * self._rng.random())
         return False

@@ -41,6 +41,13 @@ REASONS: tuple[Reason, ...] = (
         action="none",  # about the remediation itself: never remediated
     ),
     Reason(
+        "PodsUnknown",
+        Severity.WARNING,
+        "The node's pods are unknown (not listed yet, or the pod watch has been down longer than "
+        "[kubernetes.pods] stale_after): per-pod features report unknown, never zero.",
+        unknown=True,
+    ),
+    Reason(
         "KubeApiError",
         Severity.WARNING,
         "Requests to the API server fail (the message has the status); node state catches up when they succeed.",
@@ -98,6 +105,15 @@ METRICS: tuple[MetricSpec, ...] = (
     MetricSpec(
         "node_health_kube_disruption_budget", "gauge",
         "1 for the disruption budget's current state (idle, held, exhausted, missing, disabled).", ("state",),
+    ),
+    MetricSpec("node_health_kube_pod_watch_up", "gauge",
+               "1 while the watch on this node's pods is open (only when an enabled check reads pods)."),
+    MetricSpec("node_health_kube_pod_watch_pods", "gauge",
+               "Pods on this node known to the pod watch; absent while they are unknown."),
+    MetricSpec(
+        "node_health_kube_pod_watch_relists_total", "counter",
+        "Lists of this node's pods by the pod watch, by reason: initial, expired (410 Gone), too_large (a server "
+        "behind the last resourceVersion).", ("reason",),
     ),
     MetricSpec("node_health_kube_events_total", "counter", "Events by result (created, series, dropped, failed, dry_run).", ("result",)),
 )

@@ -30,6 +30,7 @@ import random
 import time
 import uuid
 from collections.abc import Callable
+from typing import Any
 
 from ..findings import Finding, Sample
 from . import SOURCE
@@ -68,13 +69,14 @@ class KubeRemediation:
     def __init__(
         self, api: KubeApi, node: str, node_uid: str, cfg: KubernetesSection, *, namespace: str | None = None,
         wall: Callable[[], float] = time.time, rng: random.Random | None = None,
+        watched: Callable[[], list[dict[str, Any]] | None] | None = None,
     ) -> None:
         self.node, self.node_uid, self.cfg, self.wall = node, node_uid, cfg, wall
         rng = rng or random.Random()
         gate = Gate(qps=cfg.drain.qps, burst=cfg.drain.burst, backoff_max=cfg.backoff_max, now=api.clock(), rng=rng)
         self.api = api.with_gate(gate)
         ns = own_namespace() if namespace is None else namespace
-        self.drainer = Drainer(self.api, node, cfg.drain, own_namespace=ns, rng=rng)
+        self.drainer = Drainer(self.api, node, cfg.drain, own_namespace=ns, rng=rng, watched=watched)
         self.budget = Budget(self.api, cfg.disruption_budget, node, held=False, recheck=cfg.resync_interval, rng=rng,
                              what="disruption")
         self.recorder = EventRecorder(self.api, node, burst=cfg.event_burst, refill=cfg.event_refill, now=api.clock())

@@ -150,7 +150,10 @@ class DrainSection:
         duration=True, min=1,
     )
     retry_max: float = opt(60.0, "Longest wait between two evictions of one refused pod.", duration=True, min=1)
-    poll_interval: float = opt(5.0, "List the node's pods at most this often while draining.", duration=True, min=1)
+    poll_interval: float = opt(
+        5.0, "List the node's pods at most this often while draining (while the pod watch is open: read from it).",
+        duration=True, min=1,
+    )
     qps: float = opt(1.0, "Client-side rate limit of the drain's requests (its own bucket): sustained per second.",
                      min=0.01, max=100)
     burst: int = opt(10, "Client-side rate limit of the drain's requests: at once.", min=1, max=100)
@@ -171,6 +174,20 @@ class DrainSection:
     def deletes(self) -> bool:
         """Whether any namespace's pods may be deleted at the timeout (RBAC then needs pods delete)."""
         return self.on_timeout == "delete" or "delete" in self.namespace_on_timeout.values()
+
+
+@dataclass(frozen=True)
+class PodWatchSection:
+    """The one watch on the node's pods (agent/kube/podwatch.py), started only when an enabled check reads pods."""
+
+    stale_after: float = opt(
+        300.0, "With the watch down this long, the node's pods are unknown (features say unknown, never \"no pods\").",
+        duration=True, min=10, max=86400,
+    )
+    watch_timeout: float = opt(
+        1800.0, "Server-side timeout of one watch request, jittered up to twice this (the kill switch's 30-60 minutes).",
+        duration=True, min=60, max=3600,
+    )
 
 
 @dataclass(frozen=True)
@@ -213,4 +230,7 @@ class KubernetesSection:
     disruption_budget: DisruptionBudgetSection = field(
         default_factory=DisruptionBudgetSection,
         metadata={"doc": "Fleet-wide cap on nodes being drained, reset or rebooted (smaller than the taint budget)."},
+    )
+    pods: PodWatchSection = field(
+        default_factory=PodWatchSection, metadata={"doc": "The watch on this node's pods (when a check reads pods)."}
     )

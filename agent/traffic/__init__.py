@@ -15,6 +15,8 @@ verdicts, only jumps into our chains and RETURNs out of them.
 - `tally`: counters that stay monotonic across rule re-creation and restarts.
 - `settings`: the ``[checks.traffic]`` section; `catalog`: its reasons and metrics;
   `keeper`: the engine the check (`agent.checks.traffic`) runs.
+- `shaping`, `shaper`, `tc`: opt-in internet-only egress shaping per pod (CLASSIFY
+  rules in a sub-chain of ours, an HTB qdisc of ours on the uplinks, via pyroute2).
 - ``agent rules show|install|remove`` is in `agent.cli.traffic`.
 
 docs/traffic.md describes the design with an example ruleset.

@@ -28,6 +28,20 @@ REASONS: tuple[Reason, ...] = (
         unknown=True,
         action="none",
     ),
+    Reason(
+        "TrafficShapingAnnotationInvalid",
+        Severity.WARNING,
+        "A pod's internet egress limit (its annotation or its namespace's default) is not a rate the agent accepts, "
+        "or the pod uses the host's network: the pod is not shaped (subject: namespace/pod).",
+        action="none",
+    ),
+    Reason(
+        "TrafficShapingNotInstalled",
+        Severity.WARNING,
+        "Internet egress shaping could not be put in place on an uplink (the root qdisc is someone else's, no uplink "
+        "was found, or the kernel refused a class): the pods to be shaped there are not limited.",
+        action="none",
+    ),
 )
 
 METRICS: tuple[MetricSpec, ...] = (
@@ -69,6 +83,26 @@ METRICS: tuple[MetricSpec, ...] = (
         "Share of the bytes the uplinks carried in the last judged window that the iptables hooks did not see.",
     ),
     MetricSpec("node_health_traffic_backend_info", "gauge", "1 for the iptables backend in use.", ("backend",)),
+    MetricSpec(
+        "node_health_pod_egress_limit_bytes_per_second",
+        "gauge",
+        "The internet egress limit configured for a shaped pod (its annotation or its namespace's default, "
+        "given in bits per second), in bytes per second as Prometheus' base unit.",
+        ("namespace", "pod"),
+    ),
+    MetricSpec(
+        "node_health_pod_egress_shaped_bytes_total",
+        "counter",
+        "Bytes a shaped pod sent to the internet through its class on the uplinks (HTB class stats; restarts "
+        "from 0 when the class is re-created).",
+        ("namespace", "pod"),
+    ),
+    MetricSpec(
+        "node_health_pod_egress_dropped_packets_total",
+        "counter",
+        "Packets of a shaped pod's internet egress dropped by its class's queue on the uplinks.",
+        ("namespace", "pod"),
+    ),
 )
 
 CATALOG = Catalog.declare(REASONS, METRICS)

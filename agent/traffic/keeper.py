@@ -4,19 +4,22 @@ from __future__ import annotations
 
 import ipaddress
 import logging
-from collections.abc import Hashable
+from collections.abc import Hashable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from ..findings import ObservationBuilder, Severity
 from ..parsers.iptsave import KIND_RULE
 from .datapath import Verdict, Witness, cilium_routing, jump_bytes
 from .detect import Backend, resolve
-from .rule_sync import Outcome, clear_strays, reconcile
-from .rules import DIRECTIONS, FAMILIES, Current, Desired, desired, generation
+from .rule_sync import Outcome, clear_strays, read, reconcile
+from .rules import DIRECTIONS, FAMILIES, Current, Desired, SubChain, desired, generation
+from .shaper import Shaper
+from .shaping import assigned
 from .tally import Tallies
 from .tools import (
     CAP_NET_ADMIN,
     CAP_NET_RAW,
+    ErrorLog,
     NotPermitted,
     TrafficError,
     Unavailable,
@@ -37,8 +40,9 @@ DATAPATH = "datapath"
 
 class Keeper:
     def __init__(self, ctx: CheckContext, cfg: TrafficConfig) -> None:
-        nets = [ipaddress.ip_network(r) for r in cfg.internal_ranges]
-        self.wanted: dict[str, Desired] = {f: w for f in FAMILIES if (w := desired(f, nets)) is not None}
+        self.nets = [ipaddress.ip_network(r) for r in cfg.internal_ranges]
+        self.wanted: dict[str, Desired] = {f: w for f in FAMILIES if (w := desired(f, self.nets)) is not None}
+        self.shaper = Shaper(cfg.shaping, ctx.pods, ctx.state_dir, ctx.dry_run)
         self.choice = cfg.backend
         self.dry_run = ctx.dry_run
         self.state_dir = ctx.state_dir
@@ -48,7 +52,7 @@ class Keeper:
         self.strays_cleared = False
         self.in_place: dict[str, bool] = {}
         self.seen_in_place = {f: False for f in FAMILIES}
-        self.errors: dict[str, str] = {}  # key -> last error logged, for "once per state change"
+        self.errors = ErrorLog(log, "traffic")
         self.paths, self.cilium_socket = ctx.paths, cfg.cilium_socket
         self.witness = Witness(cfg.datapath_window, cfg.datapath_min_bytes)
         self.verdict: Verdict | None = None
@@ -58,6 +62,7 @@ class Keeper:
     def known_findings(self) -> list[tuple[str, str]]:
         out = [(SUBJECT, r) for r in ("NotApplicable", "InsufficientPrivilege", "TrafficBackendUnavailable")]
         out.append((DATAPATH, "TrafficDatapathBypass"))
+        out += self.shaper.known_findings()
         return out + [(f, r) for f in self.wanted for r in ("InsufficientPrivilege", "TrafficRulesNotInPlace")]
 
     def run(self, b: ObservationBuilder) -> None:
@@ -67,8 +72,10 @@ class Keeper:
             backend = self._prepare(b)
             if backend is not None:
                 self.jumps = {}
+                self._want(self.shaper.begin(b, lambda: self._shaped(backend)))
                 for family in self.wanted:
                     self._family(b, backend, family)
+                self.shaper.end(b)
                 if self.jumps:
                     self._datapath(b)
         finally:
@@ -106,6 +113,23 @@ class Keeper:
             self._clear_strays(backend)
         b.subject(SUBJECT, f"iptables-{backend.name} ({self.why})")
         return backend
+
+    def _want(self, subs: Mapping[str, Sequence[SubChain]]) -> None:
+        """What each family must hold this run: the accounting rules and the sub-features' chains."""
+        for family in list(self.wanted):
+            want = desired(family, self.nets, subs.get(family, ()))
+            if want is not None:
+                self.wanted[family] = want
+
+    def _shaped(self, backend: Backend) -> dict[str, int]:
+        """Pod uid -> class minor, from the shaping rules in place (so a restart keeps every pod's class)."""
+        out: dict[str, int] = {}
+        for family in self.wanted:
+            try:
+                out.update(assigned(read(backend, family, existing_only=True), self.shaper.major))
+            except TrafficError as exc:
+                log.debug("cannot read the shaping rules of %s: %s", family, exc)
+        return out
 
     def _clear_strays(self, backend: Backend) -> None:
         done, failed = clear_strays(backend, self.wanted, mutate=not self.dry_run)
@@ -214,13 +238,10 @@ class Keeper:
         self._error(subject, f"traffic {subject} {reason}: {message}")
 
     def _error(self, key: str, message: str) -> None:
-        """Logged at ERROR when it first appears or changes, at DEBUG while it repeats."""
-        (log.debug if self.errors.get(key) == message else log.error)("%s", message)
-        self.errors[key] = message
+        self.errors.error(key, message)
 
     def _recovered(self, key: str) -> None:
-        if self.errors.pop(key, None) is not None:
-            log.info("traffic %s: working again", key)
+        self.errors.recovered(key)
 
 
 def _human(n: int) -> str:

@@ -177,11 +177,12 @@ class _Change:
         self.iptc, self.table, self.v6 = iptc, table, v6
 
     def run(self, plan: Plan) -> None:
-        for chain, specs in plan.rebuild:
+        for chain, _ in plan.rebuild:  # all in place first: one may jump to another
             if self.table.is_chain(chain):
                 self.table.flush_entries(chain)
             else:
                 self.table.create_chain(chain)
+        for chain, specs in plan.rebuild:
             for spec in specs:
                 self.iptc.Chain(self.table, chain).append_rule(self.rule(spec))
         for doomed in sorted(plan.delete, key=lambda d: (d.chain, -d.position)):
@@ -203,7 +204,10 @@ class _Change:
         if spec.oif:
             r.out_interface = spec.oif
         r.create_match("comment").comment = spec.comment
-        r.target = self.iptc.Target(r, spec.target)  # "" is the standard target that only counts
+        target = self.iptc.Target(r, spec.target)  # "" is the standard target that only counts
+        for name, value in zip(spec.target_opts[::2], spec.target_opts[1::2], strict=True):
+            target.set_parameter(name.removeprefix("--"), value)  # e.g. CLASSIFY's set-class
+        r.target = target
         return r
 
     def delete(self, doomed: Doomed) -> None:

@@ -53,8 +53,8 @@ class NftBackend:
 
 def restore_batch(plan: Plan) -> str:
     lines = [f"*{TABLE}"]
+    lines += [f":{chain} - [0:0]" for chain, _ in plan.rebuild]  # all declared first: one may jump to another
     for chain, specs in plan.rebuild:
-        lines.append(f":{chain} - [0:0]")
         lines += [f"-A {chain} {s.restore_text()}" for s in specs]
     for d in sorted(plan.delete, key=lambda d: (d.chain, -d.position)):
         lines.append(f"-D {d.chain} {d.rule}")

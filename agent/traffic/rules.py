@@ -17,8 +17,14 @@ our chain back into the built-in one. Its comment carries a generation, new
 each time we (re)build the chain, so a rule re-created while the agent was
 down is told apart from one that kept counting (see `agent.traffic.tally`).
 
-Ours is what carries the ``node-health-agent:`` comment, plus the two chains
-above by exact name. A jump may sit anywhere in its built-in chain (we insert
+A sub-feature (per-pod accounting, shaping) hangs a chain of its own from an
+internet chain with a `SubChain`: one jump at the end of that chain (after the
+count rule, so only traffic outside the internal ranges reaches it) and the
+sub-chain's rules, kept like the rest. A sub-chain no longer wanted is emptied
+and deleted with its jump.
+
+Ours is what carries the ``node-health-agent:`` comment, plus every chain
+named ``NODE-HEALTH-…``. A jump may sit anywhere in its built-in chain (we insert
 at the top; a CNI that moves its own rules above ours is not fought), but must
 be there exactly once; our chains must hold exactly our rules, in order.
 """
@@ -45,6 +51,7 @@ CHAINS: Mapping[str, str] = MappingProxyType(
 HOOKS: Mapping[str, tuple[str, ...]] = MappingProxyType(
     {"INPUT": ("internet-in",), "FORWARD": ("internet-in", "internet-out"), "OUTPUT": ("internet-out",)}
 )
+CHAIN_PREFIX = "NODE-HEALTH-"
 _COUNT = re.compile(r"^(node-health-agent:internet-(?:in|out):count)(?::([0-9a-f]{8}))?$")
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -60,6 +67,7 @@ class Spec:
     dst: str = ""
     iif: str = ""
     oif: str = ""
+    target_opts: tuple[str, ...] = ()  # the target's options as iptables-save prints them, e.g. ("--set-class", "4e48:000a")
 
     def args(self) -> list[str]:
         """The rule as command-line arguments (after ``-A CHAIN``)."""
@@ -69,7 +77,7 @@ class Spec:
                 out += [flag, value]
         out += ["-m", "comment", "--comment", self.comment]
         if self.target:
-            out += ["-j", self.target]
+            out += ["-j", self.target, *self.target_opts]
         return out
 
     def restore_text(self) -> str:
@@ -100,12 +108,29 @@ def is_ours(comment_text: str) -> bool:
     return comment_text.startswith(COMMENT_PREFIX)
 
 
+def is_our_chain(name: str) -> bool:
+    return name.startswith(CHAIN_PREFIX)
+
+
 def is_our_line(line: bytes) -> bool:
     """A saved rule line of ours (for counting other people's rules)."""
-    return _PREFIX_BYTES in line or any(f"-A {c} ".encode() in line for c in CHAINS.values())
+    return _PREFIX_BYTES in line or f"-A {CHAIN_PREFIX}".encode() in line
 
 
 # ---------------------------------------------------------------- desired state
+
+
+@dataclass(frozen=True, slots=True)
+class SubChain:
+    """A chain of a sub-feature, jumped to from the end of `direction`'s internet chain."""
+
+    direction: str  # "internet-in" or "internet-out"
+    name: str  # NODE-HEALTH-…
+    role: str  # its comments' middle part: node-health-agent:<role>:…
+    rules: tuple[Spec, ...]
+
+    def jump(self) -> Spec:
+        return Spec(f"{COMMENT_PREFIX}{self.role}:jump", self.name)
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,17 +144,24 @@ def family_of(net: Network) -> str:
     return "ipv4" if net.version == 4 else "ipv6"
 
 
-def desired(family: str, ranges: Iterable[Network]) -> Desired | None:
-    """What `family` must hold; None when it has no internal range (then nothing of ours belongs there)."""
+def desired(family: str, ranges: Iterable[Network], subs: Sequence[SubChain] = ()) -> Desired | None:
+    """What `family` must hold; None when it has no internal range (then nothing of ours belongs there).
+    `subs`: sub-feature chains hung from the internet chains, in this order."""
     nets = [n for n in ranges if family_of(n) == family]
     if not nets:
         return None
-    chains = {}
+    chains: dict[str, tuple[Spec, ...]] = {}
     for direction, chain in CHAINS.items():
         inbound = direction == "internet-in"
-        lo = Spec(comment(direction, "loopback"), "RETURN", **{"iif" if inbound else "oif": "lo"})
-        internal = [Spec(comment(direction, "internal"), "RETURN", **{"src" if inbound else "dst": str(n)}) for n in nets]
-        chains[chain] = (lo, *internal, Spec(comment(direction, "count")))
+        lo = Spec(comment(direction, "loopback"), "RETURN", iif="lo" if inbound else "", oif="" if inbound else "lo")
+        internal = [
+            Spec(comment(direction, "internal"), "RETURN", src=str(n) if inbound else "", dst="" if inbound else str(n))
+            for n in nets
+        ]
+        hung = [sub.jump() for sub in subs if sub.direction == direction]
+        chains[chain] = (lo, *internal, Spec(comment(direction, "count")), *hung)
+    for sub in subs:
+        chains[sub.name] = sub.rules
     jumps = {hook: tuple(Spec(comment(d, "jump"), CHAINS[d]) for d in dirs) for hook, dirs in HOOKS.items()}
     return Desired(family, MappingProxyType(chains), MappingProxyType(jumps))
 
@@ -137,15 +169,21 @@ def desired(family: str, ranges: Iterable[Network]) -> Desired | None:
 # ---------------------------------------------------------------- what we find
 
 _OPTIONS = {"-s": "src", "-d": "dst", "-i": "iif", "-o": "oif", "-j": "target", "--comment": "comment"}
+_TARGET_OPTIONS = frozenset({"--set-class"})  # options of the targets our rules use (CLASSIFY), after -j
 
 
 def parse_spec(text: str) -> Spec | None:
     """A rule's text after ``-A CHAIN`` as a Spec; None when it uses anything we never use."""
     toks = [decode(t) for t, _ in tokens(text.encode("utf-8", "surrogateescape"))]
     fields: dict[str, str] = {}
+    opts: list[str] = []
     i = 0
     while i < len(toks):
         if toks[i] == "-m" and toks[i + 1 : i + 2] == ["comment"]:
+            i += 2
+            continue
+        if toks[i] in _TARGET_OPTIONS and "target" in fields and i + 1 < len(toks):
+            opts += toks[i : i + 2]
             i += 2
             continue
         name = _OPTIONS.get(toks[i])
@@ -161,7 +199,7 @@ def parse_spec(text: str) -> Spec | None:
                 return None
     if "comment" not in fields:
         return None
-    return Spec(**fields)
+    return Spec(**fields, target_opts=tuple(opts))
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,16 +211,15 @@ class Current:
 
     @classmethod
     def of(cls, records: Iterable[IptRecord]) -> Current:
-        ours = set(CHAINS.values())
         chains: set[str] = set()
         rules: dict[str, list[IptRecord]] = {}
         for r in records:
             if r.table != TABLE:
                 continue
             if r.kind == 0:
-                if r.chain in ours:
+                if is_our_chain(r.chain):
                     chains.add(r.chain)
-            elif r.chain in ours or is_ours(r.comment):
+            elif is_our_chain(r.chain) or is_ours(r.comment):
                 rules.setdefault(r.chain, []).append(r)
         return cls(frozenset(chains), MappingProxyType({k: tuple(v) for k, v in rules.items()}))
 
@@ -236,7 +273,7 @@ def plan_ensure(want: Desired, cur: Current, gen: str) -> Plan:
     delete: list[Doomed] = []
     insert: list[tuple[str, Spec]] = []
     for chain in sorted(set(want.jumps) | set(cur.rules)):
-        if chain in want.chains:
+        if chain in want.chains or is_our_chain(chain):  # ours and unwanted: dropped whole below
             continue
         missing = list(want.jumps.get(chain, ()))
         for r in cur.rules.get(chain, ()):
@@ -249,21 +286,29 @@ def plan_ensure(want: Desired, cur: Current, gen: str) -> Plan:
                 missing.remove(hit)
         insert += [(chain, s) for s in missing]
         notes += [f"{chain} lacks {s.comment}" for s in missing]
-    return Plan(tuple(rebuild), tuple(delete), tuple(insert), (), tuple(notes))
+    drop = _drop_order(c for c in cur.chains if c not in want.chains)
+    notes += [f"{c} no longer wanted" for c in drop]
+    return Plan(tuple(rebuild), tuple(delete), tuple(insert), drop, tuple(notes))
 
 
 def plan_remove(cur: Current) -> Plan:
     """Changes that leave nothing of ours: our rules in other chains, then our chains."""
     delete = tuple(
-        Doomed(chain, r.position, r.rule) for chain, recs in sorted(cur.rules.items()) if chain not in CHAINS.values()
+        Doomed(chain, r.position, r.rule) for chain, recs in sorted(cur.rules.items()) if not is_our_chain(chain)
         for r in recs
     )
-    drop = tuple(c for c in CHAINS.values() if c in cur.chains)
+    drop = _drop_order(cur.chains)
     return Plan(delete=delete, drop=drop, notes=("removing ours",) if delete or drop else ())
 
 
 def plan_for(want: Desired | None, cur: Current, gen: str) -> Plan:
     return plan_remove(cur) if want is None else plan_ensure(want, cur, gen)
+
+
+def _drop_order(chains: Iterable[str]) -> tuple[str, ...]:
+    """The internet chains (which jump to sub-chains) before the rest, so no chain is deleted while referenced."""
+    main = set(CHAINS.values())
+    return tuple(sorted(chains, key=lambda c: (c not in main, c)))
 
 
 def _same(want: Sequence[Spec], got: Sequence[Spec | None]) -> bool:

@@ -3,12 +3,94 @@
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Literal
 
 from ..schema import CheckConfig, opt
 
 MAX_RANGES = 256
+ANNOTATION = "node-health-agent/internet-egress-bandwidth"
+MIN_RATE, MAX_RATE = 8_000, 10**13  # bits per second: 8 kbit/s .. 10 Tbit/s (HTB's 64-bit rates)
+UNLIMITED = "unlimited"
+_RATE = re.compile(r"^([0-9]+(?:\.[0-9]+)?)(k|K|M|G|T|Ki|Mi|Gi|Ti)?$")
+_FACTOR = {None: 1, "k": 10**3, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12,
+           "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
+RATE_FORMAT = (f'a rate in bits per second: a number with an optional suffix k, M, G, T (powers of 1000) or Ki, Mi, '
+               f'Gi, Ti (powers of 1024), e.g. "200M" or "1.5G", between 8k and 10T; or "{UNLIMITED}"')
+
+
+def parse_rate(text: str) -> int | None:
+    """A rate as the shaping annotation and config give it, in bits per second; None for "unlimited".
+    The units are Kubernetes quantities' (as in kubernetes.io/egress-bandwidth). Raises ValueError."""
+    value = text.strip()
+    if value == UNLIMITED:
+        return None
+    m = _RATE.match(value)
+    if m is None:
+        raise ValueError(f'expected {RATE_FORMAT}, got "{text}"')
+    bits = round(float(m.group(1)) * _FACTOR[m.group(2)])
+    if not MIN_RATE <= bits <= MAX_RATE:
+        raise ValueError(f'expected a rate between 8k and 10T bits per second, got "{text}"')
+    return bits
+
+
+def _rate(value: str) -> str | None:
+    try:
+        parse_rate(value)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+def _annotation(value: str) -> str | None:
+    prefix, _, name = value.rpartition("/")
+    if re.fullmatch(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?", name) and (
+        not prefix or re.fullmatch(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?", prefix)
+    ):
+        return None
+    return f'expected an annotation key such as "{ANNOTATION}", got "{value}"'
+
+
+def _interface(value: str) -> str | None:
+    if 0 < len(value.encode()) < 16 and not any(c in "/: " for c in value):
+        return None
+    return f'expected an interface name (1-15 bytes, no "/", ":" or spaces), got "{value}"'
+
+
+@dataclass(frozen=True)
+class ShapingConfig:
+    enabled: bool = opt(
+        False,
+        "Shape pods' internet egress (docs/traffic.md, Shaping): mangle CLASSIFY rules and an HTB qdisc the agent "
+        "owns on the uplinks. Off: nothing of tc is touched.",
+    )
+    annotation: str = opt(
+        ANNOTATION, 'Pod annotation holding a pod\'s internet egress limit in bits per second ("200M", "1G", "unlimited").',
+        check=_annotation,
+    )
+    namespace_defaults: Mapping[str, str] = opt(
+        MappingProxyType({}), 'Limit for the pods of a namespace without the annotation: { "batch" = "100M" }.'
+    )
+    interfaces: tuple[str, ...] = opt(
+        (), "Uplinks to shape on; empty: the devices of the default routes (IPv4 and IPv6).", check=_interface
+    )
+    qdisc_major: int = opt(
+        0x4E48,
+        "Major number of the agent's root HTB qdisc on each uplink (its handle; 0x4e48, \"NH\"); its classes are "
+        "<major>:<n>, one per shaped pod, and the mangle rules set that class as the packet's priority.",
+        min=1,
+        max=0xFFFE,
+    )
+
+    def validate(self) -> tuple[str, str] | None:
+        for ns, value in self.namespace_defaults.items():
+            problem = _rate(value)
+            if problem:
+                return f"namespace_defaults.{ns}", problem
+        return None
 
 
 
@@ -49,6 +131,9 @@ class TrafficConfig(CheckConfig):
     cilium_socket: str = opt(
         "/run/cilium/cilium.sock",
         "Cilium agent API socket (host path), asked for its host routing mode where a cilium_host device exists.",
+    )
+    shaping: ShapingConfig = field(
+        default_factory=ShapingConfig, metadata={"doc": "Opt-in internet-only egress shaping per pod."}
     )
 
     def validate(self) -> tuple[str, str] | None:

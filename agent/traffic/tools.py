@@ -10,6 +10,7 @@ print the same ``iptables-save`` format.
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import subprocess
@@ -113,3 +114,20 @@ def missing_caps(needed: tuple[int, ...], status_path: str = "/proc/self/status"
         return []  # cannot tell: let the tools answer
     names = {CAP_NET_ADMIN: "CAP_NET_ADMIN", CAP_NET_RAW: "CAP_NET_RAW"}
     return [names[c] for c in needed if not caps >> c & 1]
+
+
+class ErrorLog:
+    """Errors logged at ERROR when they first appear or change, at DEBUG while they repeat, and one INFO line
+    when they go away (keyed by what they are about)."""
+
+    def __init__(self, logger: logging.Logger, what: str) -> None:
+        self.log, self.what = logger, what
+        self.last: dict[str, str] = {}  # key -> last error logged
+
+    def error(self, key: str, message: str) -> None:
+        (self.log.debug if self.last.get(key) == message else self.log.error)("%s", message)
+        self.last[key] = message
+
+    def recovered(self, key: str) -> None:
+        if self.last.pop(key, None) is not None:
+            self.log.info("%s %s: working again", self.what, key)

@@ -31,7 +31,9 @@ def node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.Capture
     root = sysfs(tmp_path, {k: v for k, v in NODE.items() if k in ("0000:18:00.0", "0000:2a:00.0")})
     monkeypatch.setattr(builtin, "worker_command", lambda: [sys.executable, FAKE])
     cfg = tmp_path / "agent.toml"
-    cfg.write_text('[checks.burn]\nhang_timeout = "10s"\n')
+    # No NVML here, whatever an earlier test loaded into this process (by soname, dlopen would find it again).
+    nvml = tmp_path / "no-driver" / "libnvidia-ml.so.1"
+    cfg.write_text(f'[checks.burn]\nhang_timeout = "10s"\n[checks.gpu]\nnvml_library = "{nvml}"\n')
 
     def agent(*args: str, scenario: dict[str, str] | None = None) -> tuple[int, str, str]:
         monkeypatch.setenv("FAKE_BURN", json.dumps({"count": 2} | (scenario or {})))

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import dataclasses
+import random
 from typing import Any
+
+from agent.kube.budget import Budget
 
 
 from fakeapi import FakeApiServer
 from kube_support import (
-    BUDGET_NS, QUOTA, NODE, PREFIX, Clock, fake, finding, make_reconciler, our_taints, sample_value, settings,  # noqa: F401
+    BUDGET_NS, QUOTA, NODE, PREFIX, Clock, fake, finding, make_api, make_reconciler, our_taints, sample_value, settings,  # noqa: F401
     snapshot, start_actuator, wait_for,  # noqa: F401
 )
 
@@ -107,3 +110,25 @@ def test_the_lease_is_owned_by_the_node(fake: FakeApiServer, tmp_path: Any) -> N
     assert (owner["kind"], owner["name"], owner["uid"]) == ("Node", NODE, fake.node(NODE)["metadata"]["uid"])
     fake.cluster.delete(("", "nodes", "", NODE))
     assert leases(fake) == [], "deleting the node frees the slot (garbage collection)"
+
+
+def test_a_waiting_agent_reads_the_quota_once_while_creates_say_it_is_full(fake: FakeApiServer, tmp_path: Any) -> None:
+    """403 "exceeded quota" names the quota that caps Leases: proof enough that it is there. A node waiting for
+    hours costs one create per retry, not a GET of the quota every resync interval too (7,500 nodes wait at once)."""
+    fake.set_quota(BUDGET_NS, QUOTA, 0)
+    clock, cfg = Clock(), budget_settings(retry=60)
+    budget = Budget(make_api(fake, str(tmp_path), cfg, clock), cfg.budget, NODE, held=False, recheck=cfg.resync_interval,
+                    rng=random.Random(1))
+    uid, tries, end = fake.node(NODE)["metadata"]["uid"], 0, clock.t + 5 * cfg.resync_interval
+    while clock.t < end:
+        assert not budget.ensure(clock.t, uid) and budget.state == "exhausted"
+        tries += 1
+        clock.t = budget.retry_at
+    reads = [(r.verb, r.path.split("/namespaces/")[1].split("/")[1], r.status) for r in fake.log(verbs=("get", "create"))]
+    assert reads.count(("get", "resourcequotas", 200)) == 1, reads
+    assert reads.count(("create", "leases", 403)) == tries > 7, "every retry is one create of the Lease"
+    assert reads.count(("get", "leases", 404)) == 1, "the first refusal asks whether the Lease is ours; later ones know"
+    fake.cluster.delete(("", "resourcequotas", BUDGET_NS, QUOTA))
+    clock.t += cfg.resync_interval  # no refusal seen for a whole interval: the quota is read again
+    assert not budget.ensure(clock.t, uid) and budget.state == "missing"
+    assert leases(fake) == []

@@ -12,7 +12,7 @@ import shutil
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -101,9 +101,10 @@ def write_config(path: Path, network: Mapping[str, Any], extra: str = "") -> str
 class Runner:
     """One network check object living inside a namespace; `run()` runs it once."""
 
-    def __init__(self, ns: NetNS, config: str, state_dir: str, env: Mapping[str, str] | None = None) -> None:
+    def __init__(self, ns: NetNS, config: str, state_dir: str, env: Mapping[str, str] | None = None,
+                 args: Sequence[str] = ()) -> None:
         self.proc = subprocess.Popen(
-            ["ip", "netns", "exec", ns.name, sys.executable, RUNNER, config, state_dir],
+            ["ip", "netns", "exec", ns.name, sys.executable, RUNNER, config, state_dir, *args],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -131,8 +132,10 @@ class Runner:
 
 
 @contextmanager
-def runner(ns: NetNS, config: str, state_dir: str, env: Mapping[str, str] | None = None) -> Iterator[Runner]:
-    r = Runner(ns, config, state_dir, env)
+def runner(ns: NetNS, config: str, state_dir: str, env: Mapping[str, str] | None = None,
+           args: Sequence[str] = ()) -> Iterator[Runner]:
+    """`args`: a check name and a pods file (see netns_runner.py), for checks other than network."""
+    r = Runner(ns, config, state_dir, env, args)
     try:
         yield r
     finally:

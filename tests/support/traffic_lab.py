@@ -19,6 +19,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -241,3 +242,150 @@ def kube_mangle(n: int) -> str:
         )
     lines.append("COMMIT")
     return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------- shaping (issue 15 item 2)
+
+# MSS of a 1500-byte MTU with TCP timestamps, and the headers each segment carries on the wire as HTB
+# counts it (Ethernet 14 + IPv4 20 + TCP 32): payload rates are turned into the rates the shaper limits.
+SEGMENT_OVERHEAD = 66
+
+
+@dataclass
+class ShapeLab:
+    """node routes for three pods (pod-a 10.88.1.2, pod-b 10.88.2.2, pod-c 10.88.3.2, each behind its own
+    veth) through ONE uplink (`uplink`, the node's default route) to a fabric namespace that routes on to the
+    cluster peer 10.77.0.2 and the internet peer 198.51.100.2: cluster and internet traffic leave the node
+    through the same device, as on a real node."""
+
+    ns: dict[str, Netns]
+    uplink: str
+    addr: dict[str, str] = field(default_factory=lambda: {
+        "cluster": "10.77.0.2", "internet": "198.51.100.2",
+        "pod-a": "10.88.1.2", "pod-b": "10.88.2.2", "pod-c": "10.88.3.2",
+    })
+
+    @property
+    def node(self) -> Netns:
+        return self.ns["node"]
+
+    def qdiscs(self) -> str:
+        """`tc qdisc show` of every device of the node (what the tests compare before and after)."""
+        return self.node.run("tc", "qdisc", "show").stdout
+
+    def classes(self) -> str:
+        return self.node.run("tc", "class", "show", "dev", self.uplink).stdout
+
+
+def _link_named(a: Netns, a_if: str, a_addr: str, b: Netns, b_addr: str) -> None:
+    """A veth pair with a known name on a's end."""
+    b_if = f"vb{secrets.token_hex(4)}"
+    _ip("link", "add", a_if, "netns", a.name, "type", "veth", "peer", "name", b_if, "netns", b.name)
+    for ns, dev, addr in ((a, a_if, a_addr), (b, b_if, b_addr)):
+        ns.run("ip", "addr", "add", addr, "dev", dev)
+        ns.run("ip", "link", "set", dev, "up")
+
+
+@contextlib.contextmanager
+def shape_lab() -> Iterator[ShapeLab]:
+    pods = ("pod-a", "pod-b", "pod-c")
+    with namespaces("node", "fabric", "cluster", "internet", *pods) as ns:
+        uplink = f"up{secrets.token_hex(4)}"
+        _link_named(ns["node"], uplink, "192.168.77.1/30", ns["fabric"], "192.168.77.2/30")
+        link(ns["fabric"], "10.77.0.1/24", ns["cluster"], "10.77.0.2/24")
+        link(ns["fabric"], "198.51.100.1/24", ns["internet"], "198.51.100.2/24")
+        for i, pod in enumerate(pods, start=1):
+            link(ns[pod], f"10.88.{i}.2/24", ns["node"], f"10.88.{i}.1/24")
+            ns[pod].run("ip", "route", "add", "default", "via", f"10.88.{i}.1")
+        ns["node"].run("ip", "route", "add", "default", "via", "192.168.77.2")
+        ns["fabric"].run("ip", "route", "add", "10.88.0.0/16", "via", "192.168.77.1")
+        ns["cluster"].run("ip", "route", "add", "default", "via", "10.77.0.1")
+        ns["internet"].run("ip", "route", "add", "default", "via", "198.51.100.1")
+        for router in ("node", "fabric"):
+            ns[router].run("sysctl", "-qw", "net.ipv4.ip_forward=1")
+        yield ShapeLab(ns, uplink)
+
+
+class Stream:
+    """One TCP connection from src to dst that sends as fast as it may until stopped; the receiver samples
+    the bytes it has read every `tick` seconds."""
+
+    def __init__(self, src: Netns, dst: Netns, dst_addr: str, tick: float = 0.5) -> None:
+        self.srv, self.cli = dst.socket(), src.socket()
+        self.srv.bind((dst_addr, 0))
+        self.srv.listen(1)
+        self.srv.settimeout(30)
+        self.tick = tick
+        self.samples: list[tuple[float, int]] = []
+        self.stop = threading.Event()
+        self.mss = 1448
+        self._rx = threading.Thread(target=self._receive, daemon=True)
+        self._tx = threading.Thread(target=self._send, daemon=True)
+        self._rx.start()
+        self.cli.settimeout(30)
+        self.cli.connect((dst_addr, self.srv.getsockname()[1]))
+        self.mss = self.cli.getsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG) or 1448
+        self._tx.start()
+
+    def _receive(self) -> None:
+        conn, _ = self.srv.accept()
+        conn.settimeout(1)
+        total, nxt = 0, time.monotonic()
+        self.samples.append((nxt, 0))
+        with conn:
+            while True:
+                try:
+                    chunk = conn.recv(1 << 20)
+                except TimeoutError:
+                    if self.stop.is_set():
+                        break
+                    continue
+                if not chunk:
+                    break
+                total += len(chunk)
+                now = time.monotonic()
+                if now >= nxt + self.tick:
+                    nxt = now
+                    self.samples.append((now, total))
+
+    def _send(self) -> None:
+        block = b"\0" * (1 << 18)
+        try:
+            while not self.stop.is_set():
+                self.cli.send(block)
+        except OSError:
+            pass
+        finally:
+            try:
+                self.cli.shutdown(socket.SHUT_WR)
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        self.stop.set()
+        self._tx.join(30)
+        self._rx.join(30)
+        self.cli.close()
+        self.srv.close()
+
+    def rate(self, skip: float = 1.0) -> float:
+        """Median of the per-tick rates after the first `skip` seconds, in bits per second on the wire
+        (payload plus SEGMENT_OVERHEAD per MSS-sized segment)."""
+        t0 = self.samples[0][0] + skip
+        pts = [s for s in self.samples if s[0] >= t0]
+        rates = [(b2 - b1) * 8 / (t2 - t1) for (t1, b1), (t2, b2) in zip(pts, pts[1:], strict=False) if t2 > t1]
+        assert len(rates) >= 3, f"too few samples to judge a rate: {self.samples}"
+        rates.sort()
+        payload = rates[len(rates) // 2]
+        return payload * (self.mss + SEGMENT_OVERHEAD) / self.mss
+
+
+def measure(lab: ShapeLab, flows: Sequence[tuple[str, str]], seconds: float = 8.0) -> list[float]:
+    """Run the flows (pod, peer) at the same time for `seconds`; each one's median rate (bit/s)."""
+    streams = [Stream(lab.ns[src], lab.ns[dst], lab.addr[dst]) for src, dst in flows]
+    try:
+        time.sleep(seconds)
+    finally:
+        for s in streams:
+            s.close()
+    return [s.rate() for s in streams]

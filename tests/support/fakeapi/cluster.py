@@ -15,6 +15,7 @@ import queue
 import threading
 import uuid
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs
@@ -84,11 +85,45 @@ class Watcher:
     namespace: str
     name: str | None
     q: queue.Queue[tuple[str, Obj] | None] = field(default_factory=queue.Queue)
+    # A field selector other than metadata.name (pods: spec.nodeName=...): (object → passes); None: every object.
+    passes: Callable[[Obj], bool] | None = None
 
     def matches(self, key: Key) -> bool:
         g, p, ns, name = key
         return (g, p) == (self.group, self.plural) and (not self.namespace or ns == self.namespace) and (
             self.name is None or name == self.name)
+
+    def event(self, kind: str, obj: Obj, old: Obj | None) -> tuple[str, Obj] | None:
+        """What this watcher sees of a write, as the cacher filters it (cache_watcher.go convertToWatchEvent): an
+        object that starts passing the selector is ADDED, one that stops passing is DELETED (its previous content,
+        at the event's resourceVersion), one that passes neither before nor after is not sent."""
+        if self.passes is None:
+            return kind, obj
+        now = kind != "DELETED" and self.passes(obj)
+        before = old is not None and self.passes(old)
+        if now:
+            return ("MODIFIED" if before else "ADDED"), obj
+        if before:
+            gone = clone(old)
+            gone.setdefault("metadata", {})["resourceVersion"] = obj["metadata"]["resourceVersion"]
+            return "DELETED", gone
+        return None
+
+
+def clone(obj: Any) -> Any:
+    """A deep copy of a JSON-like object (dicts, lists, scalars), several times faster than copy.deepcopy
+    (no memo: objects in the store are trees); anything else falls back to copy.deepcopy."""
+    t = type(obj)
+    if t is dict:
+        return {k: v if type(v) in _SCALARS else clone(v) for k, v in obj.items()}
+    if t is list:
+        return [v if type(v) in _SCALARS else clone(v) for v in obj]
+    if t in _SCALARS:
+        return obj
+    return copy.deepcopy(obj)
+
+
+_SCALARS = frozenset((str, int, float, bool, type(None)))
 
 
 class Cluster:
@@ -96,7 +131,7 @@ class Cluster:
         self.lock = threading.RLock()
         self.objects: dict[Key, Obj] = {}
         self.rv = 1
-        self.history: deque[tuple[int, str, Key, Obj]] = deque(maxlen=history)
+        self.history: deque[tuple[int, str, Key, Obj, Obj | None]] = deque(maxlen=history)  # (rv, kind, key, obj, old)
         self.compacted = 0  # resourceVersions up to this one have left the history
         self.watchers: list[Watcher] = []
         self.cache: dict[Key, Obj] | None = None  # frozen watch cache (resourceVersion=0 reads), None: live
@@ -112,7 +147,7 @@ class Cluster:
     def get(self, key: Key) -> Obj | None:
         with self.lock:
             obj = self.objects.get(key)
-            return copy.deepcopy(obj) if obj is not None else None
+            return clone(obj) if obj is not None else None
 
     def put(self, key: Key, obj: Obj, *, create: bool = False) -> Obj:
         """Store `obj` (a new resourceVersion and a watch event unless nothing changed)."""
@@ -120,17 +155,17 @@ class Cluster:
             old = self.objects.get(key)
             meta = obj.setdefault("metadata", {})
             if old is not None and not create and _same(old, obj):
-                return copy.deepcopy(old)
+                return clone(old)
             self.rv += 1
             meta["resourceVersion"] = str(self.rv)
             if old is None:
                 meta.setdefault("uid", str(uuid.uuid4()))
                 meta.setdefault("creationTimestamp", "2026-01-01T00:00:00Z")
-            self.objects[key] = copy.deepcopy(obj)
+            self.objects[key] = clone(obj)
             self.index.setdefault(key[:3], set()).add(key[3])
-            self._publish("ADDED" if old is None else "MODIFIED", key, obj)
+            self._publish("ADDED" if old is None else "MODIFIED", key, obj, old)
             self._after_write(key)
-            return copy.deepcopy(obj)
+            return clone(obj)
 
     def delete(self, key: Key) -> Obj | None:
         with self.lock:
@@ -140,19 +175,21 @@ class Cluster:
             self.index.get(key[:3], set()).discard(key[3])
             self.rv += 1
             obj["metadata"]["resourceVersion"] = str(self.rv)
-            self._publish("DELETED", key, obj)
+            self._publish("DELETED", key, obj, obj)
             self._after_write(key)
             if key[1] == "nodes":
                 self._collect_garbage(obj["metadata"]["uid"])
             return obj
 
-    def _publish(self, kind: str, key: Key, obj: Obj) -> None:
+    def _publish(self, kind: str, key: Key, obj: Obj, old: Obj | None) -> None:
         if len(self.history) == self.history.maxlen:
             self.compacted = self.history[0][0]
-        self.history.append((self.rv, kind, key, copy.deepcopy(obj)))
+        old = clone(old)
+        self.history.append((self.rv, kind, key, clone(obj), old))
         for w in list(self.watchers):
-            if w.matches(key):
-                w.q.put((kind, copy.deepcopy(obj)))
+            ev = w.event(kind, obj, old) if w.matches(key) else None
+            if ev is not None:
+                w.q.put((ev[0], clone(ev[1])))
 
     def _after_write(self, key: Key) -> None:
         if key[:2] == ("coordination.k8s.io", "leases"):
@@ -208,7 +245,7 @@ class Cluster:
         for key, quota in self._quotas(ns):
             hard = (quota.get("spec") or {}).get("hard") or {}
             if QUOTA_LEASES in hard:
-                q = copy.deepcopy(quota)
+                q = clone(quota)
                 q["status"] = {"hard": dict(hard), "used": {QUOTA_LEASES: str(used)}}
                 self.put(key, q)
 
@@ -237,7 +274,7 @@ class Cluster:
     def freeze_cache(self) -> None:
         """From now on resourceVersion=0 reads see the objects as they are now (a lagging watch cache)."""
         with self.lock:
-            self.cache = copy.deepcopy(self.objects)
+            self.cache = clone(self.objects)
 
     def list(self, group: str, plural: str, ns: str, name: str | None, cached: bool) -> list[Obj]:
         with self.lock:
@@ -245,17 +282,18 @@ class Cluster:
             if name is not None:
                 obj = source.get((group, plural, ns, name))  # cluster-scoped objects have namespace ""
                 if obj is not None or ns:
-                    return [copy.deepcopy(obj)] if obj is not None else []
+                    return [clone(obj)] if obj is not None else []
             if name is not None:
-                return [copy.deepcopy(o) for k, o in source.items() if k[:2] == (group, plural) and k[3] == name]
-            return [copy.deepcopy(o) for k, o in sorted(source.items()) if k[:2] == (group, plural)
+                return [clone(o) for k, o in source.items() if k[:2] == (group, plural) and k[3] == name]
+            return [clone(o) for k, o in sorted(source.items()) if k[:2] == (group, plural)
                     and (not ns or k[2] == ns) and (name is None or k[3] == name)]
 
     def watch(self, w: Watcher, rv: str) -> list[tuple[str, Obj]]:
         """Register `w`; the events it must see first (synthetic ADDED, or the history after `rv`)."""
         with self.lock:
             if rv in ("", "0"):
-                initial = [("ADDED", o) for o in self.list(w.group, w.plural, w.namespace, w.name, cached=False)]
+                initial = [("ADDED", o) for o in self.list(w.group, w.plural, w.namespace, w.name, cached=False)
+                           if w.passes is None or w.passes(o)]
             else:
                 start = int(rv)
                 if start > self.rv:  # a resourceVersion from the future (another server, a restored etcd)
@@ -264,7 +302,8 @@ class Cluster:
                                        {"Retry-After": "1"})
                 if start < self.compacted:
                     raise st.expired(f"too old resource version: {start} ({self.compacted + 1})")
-                initial = [(kind, copy.deepcopy(o)) for r, kind, key, o in self.history if r > start and w.matches(key)]
+                seen = [w.event(kind, o, old) for r, kind, key, o, old in self.history if r > start and w.matches(key)]
+                initial = [(ev[0], clone(ev[1])) for ev in seen if ev is not None]
             self.watchers.append(w)
             return initial
 

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import copy
 import re
 from dataclasses import dataclass
 from typing import Any
 
 from . import status as st
-from .cluster import RESOURCES, Cluster, Key, Obj, Request, Route, Watcher, apply_patch
+from .cluster import RESOURCES, Cluster, Key, Obj, Request, Route, Watcher, apply_patch, clone
 
 POD_FIELDS = ("metadata.name", "metadata.namespace", "spec.nodeName", "spec.restartPolicy", "spec.schedulerName",
               "spec.serviceAccountName", "spec.hostNetwork", "status.phase", "status.podIP", "status.nominatedNodeName")
@@ -119,15 +118,20 @@ class Handlers:
             items = self.c.list(r.group, r.plural, r.namespace, self._selected_name(req), cached=req.query.get("resourceVersion") == "0")
         return {"kind": f"{r.kind}List", "apiVersion": r.api_version, "metadata": {"resourceVersion": str(self.c.rv)}, "items": items}
 
-    def _list_pods(self, req: Request, r: Route) -> list[Obj]:
-        """Pods by field selector (registry/core/pod/strategy.go PodToSelectableFields: metadata.name,
-        metadata.namespace, spec.nodeName, status.phase, ...; "=", "==" and "!="), spec.nodeName from an index."""
+    def _pod_terms(self, req: Request) -> list[tuple[str, bool, str]]:
+        """A pod field selector (registry/core/pod/strategy.go PodToSelectableFields: metadata.name,
+        metadata.namespace, spec.nodeName, status.phase, ...; "=", "==" and "!=") as (field, equal, value) terms."""
         terms = []
         for term in filter(None, req.query.get("fieldSelector", "").split(",")):
             m = re.fullmatch(r"([a-zA-Z.]+)(!=|==|=)(.*)", term)
             if not m or m[1] not in POD_FIELDS:
                 raise st.bad_request(f'"{term}" is not a known field selector: field label not supported: {m[1] if m else term}')
             terms.append((m[1], m[2] != "!=", m[3]))
+        return terms
+
+    def _list_pods(self, req: Request, r: Route) -> list[Obj]:
+        """Pods by field selector, spec.nodeName from an index."""
+        terms = self._pod_terms(req)
         with self.c.lock:
             node = next((v for f, eq, v in terms if f == "spec.nodeName" and eq), None)
             if node is not None:
@@ -135,10 +139,15 @@ class Handlers:
                 pods = [self.c.objects[("", "pods", ns, n)] for ns, n in keys if not r.namespace or ns == r.namespace]
             else:
                 pods = [o for k, o in sorted(self.c.objects.items()) if k[:2] == ("", "pods") and (not r.namespace or k[2] == r.namespace)]
-            return [copy.deepcopy(p) for p in pods if all((pod_field(p, f) == v) == eq for f, eq, v in terms)]
+            return [clone(p) for p in pods if all((pod_field(p, f) == v) == eq for f, eq, v in terms)]
 
     def _watch(self, req: Request, r: Route) -> Stream:
-        w = Watcher(r.group, r.plural, r.namespace, self._selected_name(req))
+        if r.plural == "pods":  # any pod field selector; the cacher sends only the pods that pass it
+            terms = self._pod_terms(req)
+            w = Watcher(r.group, r.plural, r.namespace, None,
+                        passes=lambda p: all((pod_field(p, f) == v) == eq for f, eq, v in terms))
+        else:
+            w = Watcher(r.group, r.plural, r.namespace, self._selected_name(req))
         timeout = float(req.query["timeoutSeconds"]) if req.query.get("timeoutSeconds") else None
         bookmarks = req.query.get("allowWatchBookmarks") in ("1", "true")
         try:
@@ -198,7 +207,7 @@ class Handlers:
             return 200, self._store(r, key, cur, new)
 
     def _store(self, r: Route, key: Key, cur: Obj, new: Obj) -> Obj:
-        new = copy.deepcopy(new)
+        new = clone(new)
         if r.sub == "status":  # the status subresource changes only status
             new = {**cur, "status": new.get("status", {})}
         elif r.plural == "nodes":  # and the main resource never changes status

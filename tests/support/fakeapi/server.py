@@ -247,6 +247,14 @@ class FakeApiServer:
             self.workloads.stop_after[(ns, name)] = stop_after
         return self.cluster.put(("", "pods", ns, name), pod)
 
+    def edit_pod(self, ns: str, name: str, fn: Callable[[Obj], None]) -> Obj:
+        """The kubelet or a controller changes the pod (status.podIPs once the CNI gave it an address, ...)."""
+        with self.cluster.lock:
+            pod = self.cluster.get(("", "pods", ns, name))
+            assert pod is not None, f"{ns}/{name}"
+            fn(pod)
+            return self.cluster.put(("", "pods", ns, name), pod)
+
     def add_replicaset(self, ns: str, name: str, replicas: int, node: str, *, labels: dict[str, str],
                        spare: str = "spare-node", ready_after: float = 0.0, grace: int = 30) -> list[Obj]:
         """`replicas` pods on `node`; a terminating one is replaced on `spare`, Ready after `ready_after`."""

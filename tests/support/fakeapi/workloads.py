@@ -25,7 +25,6 @@ every step for the tests to replay.
 
 from __future__ import annotations
 
-import copy
 import datetime as dt
 import math
 from collections.abc import Callable
@@ -33,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import status as st
+from .cluster import clone
 
 Obj = dict[str, Any]
 PodKey = tuple[str, str]  # (namespace, name)
@@ -104,6 +104,7 @@ class Workloads:
     timeline: list[tuple[float, str, str, str]] = field(default_factory=list)  # (clock, what, namespace, name)
     _gone_at: dict[PodKey, float] = field(default_factory=dict)  # terminating pods: when the kubelet removes them
     _ready_at: dict[PodKey, float] = field(default_factory=dict)  # replacement pods: when they turn Ready
+    _by_uid: dict[str, ReplicaSet] = field(default_factory=dict)  # replicasets by uid
 
     def note(self, what: str, ns: str, name: str) -> None:
         self.timeline.append((self.clock(), what, ns, name))
@@ -141,12 +142,20 @@ class Workloads:
             if rs.ready_after > 0:
                 self._ready_at[(rs.namespace, name)] = self.clock() + rs.ready_after
 
+    def replicaset(self, uid: Any) -> ReplicaSet | None:
+        """The ReplicaSet with this uid (an index over `replicasets`, which tests may also fill directly)."""
+        rs = self._by_uid.get(uid)
+        if rs is None or self.replicasets.get((rs.namespace, rs.name)) is not rs:
+            self._by_uid = {r.uid: r for r in self.replicasets.values()}
+            rs = self._by_uid.get(uid)
+        return rs
+
     # ------------------------------------------------------------ the disruption controller
 
     def after_pod_write(self, ns: str) -> None:
         if self.pdb_controller:
-            for key in sorted(k for k in self.cluster.objects if k[:3] == ("policy", "poddisruptionbudgets", ns)):
-                self.sync_pdb(key)
+            for name in sorted(self.cluster.index.get(("policy", "poddisruptionbudgets", ns), ())):
+                self.sync_pdb(("policy", "poddisruptionbudgets", ns, name))
 
     def sync_pdb(self, key: tuple[str, str, str, str]) -> None:
         pdb = self.cluster.objects.get(key)
@@ -154,7 +163,7 @@ class Workloads:
             return
         pods = [p for p in self.cluster.pods_in(key[2])
                 if selector_matches((pdb.get("spec") or {}).get("selector"), p["metadata"].get("labels") or {})]
-        new = copy.deepcopy(pdb)
+        new = clone(pdb)
         new["status"] = self.pdb_status(pdb, pods)
         self.cluster.put(key, new)
 
@@ -192,7 +201,7 @@ class Workloads:
             if ref is None:
                 total += 1  # the real controller refuses such a PDB (no scale); count the pod
                 continue
-            rs = next((r for r in self.replicasets.values() if r.uid == ref.get("uid")), None)
+            rs = self.replicaset(ref.get("uid"))
             if rs is None:
                 total += 1
             elif rs.uid not in seen:
@@ -227,9 +236,10 @@ class Workloads:
         pod = self.cluster.put(key, pod)
         self.note("terminating", ns, name)
         self._gone_at[(ns, name)] = self.clock() + min(float(grace), self.stop_after.get((ns, name), 0.0))
-        for rs in self.replicasets.values():
-            if owned_by(pod, rs.uid):
-                self.scale(rs)
+        ref = controller_of(pod)
+        owner = self.replicaset(ref.get("uid")) if ref is not None else None
+        if owner is not None:
+            self.scale(owner)
         return pod
 
     # ------------------------------------------------------------ POST pods/{name}/eviction
@@ -276,7 +286,7 @@ class Workloads:
                               f"and has {s.get('currentHealthy', 0)} currently")
         if dry_run:
             return
-        new = copy.deepcopy(pdb)
+        new = clone(pdb)
         ns = new.setdefault("status", {})
         ns["disruptionsAllowed"] = s["disruptionsAllowed"] - 1
         ns.setdefault("disruptedPods", {})[pod] = rfc3339(self.wall())

@@ -1,0 +1,113 @@
+"""Shaping, the pure part: rates, which pods, class ids, the NODE-HEALTH-SHAPE chain in the plan."""
+
+from __future__ import annotations
+
+import ipaddress
+from types import MappingProxyType
+
+import pytest
+
+from agent.parsers.iptsave import KIND_RULE, IptRecord
+from agent.pods import PodAddr
+from agent.traffic.nft import restore_batch
+from agent.traffic.rules import Current, desired, parse_spec, plan_ensure, plan_remove
+from agent.traffic.settings import ShapingConfig, parse_rate
+from agent.traffic.shaping import CHAIN, MAX_MINOR, Limit, assign, assigned, limits, subchain
+
+NETS = [ipaddress.ip_network("10.0.0.0/8")]
+ANN = "node-health-agent/internet-egress-bandwidth"
+
+
+@pytest.mark.parametrize(("text", "bits"), [
+    ("200M", 200_000_000), ("1G", 10**9), ("1.5G", 1_500_000_000), ("50Mi", 50 * 2**20), ("500k", 500_000),
+    ("500K", 500_000), ("8000", 8000), ("10T", 10**13), ("2Ti", 2 * 2**40), ("unlimited", None), (" 100M ", 10**8),
+])
+def test_rates(text: str, bits: int | None) -> None:
+    assert parse_rate(text) == bits
+
+
+@pytest.mark.parametrize("text", ["", "fast", "200Mbit", "-1", "0", "1m", "7999", "11T", "1e9", "1,5G", "M"])
+def test_bad_rates(text: str) -> None:
+    with pytest.raises(ValueError, match="expected"):
+        parse_rate(text)
+
+
+def pod(name: str, ann: str | None = None, ns: str = "train", ips: tuple[str, ...] = ("10.88.1.2",),
+        host: bool = False) -> PodAddr:
+    return PodAddr(ns, name, f"uid-{name}", ips, host, {ANN: ann} if ann is not None else {})
+
+
+def test_limits_annotation_wins_over_namespace_default() -> None:
+    cfg = ShapingConfig(enabled=True, namespace_defaults=MappingProxyType({"batch": "20M"}))
+    pods = [
+        pod("a", "50M"), pod("b"), pod("c", ns="batch"), pod("d", "unlimited", ns="batch"), pod("e", "1G", ns="batch"),
+        pod("f", "nope"), pod("g", "5M", host=True), pod("h", ns="batch", host=True), pod("i", "5M", ips=()),
+    ]
+    got, bad = limits(pods, cfg)
+    assert [(x.pod, x.bits, x.source) for x in got] == [
+        ("a", 50_000_000, "annotation"), ("c", 20_000_000, "namespace default"), ("e", 10**9, "annotation"),
+    ]
+    assert [(x.pod, x.why.split(":")[0]) for x in bad] == [
+        ("f", f"annotation {ANN}"), ("g", "a host-network pod's traffic is the node's and cannot be told apart per pod; "
+                                          "the pod is not shaped"),
+    ]
+
+
+def lim(uid: str) -> Limit:
+    return Limit("ns", uid, uid, ("10.88.1.2",), 10**6, "annotation")
+
+
+def test_class_ids_are_kept_and_unique() -> None:
+    first, left = assign([lim("a"), lim("b"), lim("c")], {}, 0x4E48)
+    assert not left and len(set(first.values())) == 3
+    assert all(0 < m <= MAX_MINOR and m != 0x4E48 for m in first.values())
+    # b leaves, d arrives: a and c keep theirs; the same set again gives the same ids (restart: from the rules)
+    second, _ = assign([lim("c"), lim("d"), lim("a")], first, 0x4E48)
+    assert second["a"] == first["a"] and second["c"] == first["c"]
+    assert assign([lim("a"), lim("c"), lim("d")], second, 0x4E48)[0] == second
+    # two pods claiming the same id (a hand-edited rule): one keeps it, the other gets a new one
+    clash, _ = assign([lim("a"), lim("b")], {"a": 7, "b": 7}, 0x4E48)
+    assert clash["a"] == 7 and clash["b"] != 7
+
+
+def test_subchain_rules_per_family() -> None:
+    both = Limit("ns", "p", "uid-p", ("10.88.1.2", "fd00::2"), 10**6, "annotation")
+    v4 = subchain("ipv4", [both], {"uid-p": 0x1A}, 0x4E48)
+    v6 = subchain("ipv6", [both], {"uid-p": 0x1A}, 0x4E48)
+    assert [r.restore_text() for r in v4.rules] == [
+        '-s 10.88.1.2/32 -m comment --comment "node-health-agent:shape:uid-p" -j CLASSIFY --set-class 4e48:001a'
+    ]
+    assert [r.src for r in v6.rules] == ["fd00::2/128"]
+
+
+def records(want_chains: dict) -> list[IptRecord]:
+    """What iptables-save would print for these chains (kind 0: a chain line; 1: a rule)."""
+    out = []
+    for chain, specs in want_chains.items():
+        out.append(IptRecord(0, 0, 0, 0, "mangle", chain, "", ""))
+        for i, s in enumerate(specs, start=1):
+            out.append(IptRecord(KIND_RULE, i, 0, 0, "mangle", chain, s.comment, s.restore_text()))
+    return out
+
+
+def test_parse_spec_reads_classify_back() -> None:
+    spec = subchain("ipv4", [lim("a")], {"a": 3}, 0x4E48).rules[0]
+    text = '-s 10.88.1.2/32 -m comment --comment "node-health-agent:shape:a" -j CLASSIFY --set-class 4e48:0003'
+    assert parse_spec(text) == spec
+
+
+def test_subchain_hung_and_dropped() -> None:
+    sub = subchain("ipv4", [lim("a")], {"a": 3}, 0x4E48)
+    want = desired("ipv4", NETS, [sub])
+    assert want is not None
+    out = want.chains["NODE-HEALTH-INTERNET-OUT"]
+    assert out[-1].target == CHAIN and out[-2].comment.startswith("node-health-agent:internet-out:count")
+    plan = plan_ensure(want, Current.of([]), "00000001")
+    batch = restore_batch(plan)
+    assert batch.index(f":{CHAIN} -") < batch.index("-A NODE-HEALTH-INTERNET-OUT")  # declared before the jump
+    # shaping turned off: the internet-out chain is rebuilt without the jump, then ours dropped after it
+    have = Current.of(records(dict(want.chains)))
+    assert assigned(have, 0x4E48) == {"a": 3}
+    off = plan_ensure(desired("ipv4", NETS), have, "00000002")  # type: ignore[arg-type]
+    assert [c for c, _ in off.rebuild] == ["NODE-HEALTH-INTERNET-OUT"] and off.drop == (CHAIN,)
+    assert plan_remove(have).drop == ("NODE-HEALTH-INTERNET-IN", "NODE-HEALTH-INTERNET-OUT", CHAIN)
