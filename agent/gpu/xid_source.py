@@ -7,7 +7,9 @@ records with events (at most once a second while a storm keeps the follower
 reading full batches), and every few seconds while only the cursor moves. A
 write that fails (a full disk) is logged once and retried with a backoff.
 Started in the same boot, the follower skips what it already processed;
-after a reboot it starts afresh.
+after a reboot it starts afresh. The resets the remediation ladder verified
+(``gpu-resets.json``, `agent.gpu.resets`) drop that GPU's ``reset_gpu``
+findings, at once and again at every start.
 """
 
 from __future__ import annotations
@@ -25,9 +27,10 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from .. import kmsg_follower, native
 from ..findings import Finding, ObservationBuilder, Sample
 from ..kmsg import BATCH, KERNEL, KmsgError, Record, RecordBatch, facility_name, read_once, unseen
-from ..parsers.xid import KIND_SXID
+from ..parsers.xid import KIND_SXID, KIND_XID
 from ..sources import Emit
 from ..statedir import StateDir, StateFile, boot_id, obj, text
+from . import resets
 from .catalog import CATALOG
 from .nvmlevents import NvmlEvents
 from .pci import bus_gpus, normalize
@@ -83,6 +86,16 @@ class GpuIndex:
             self._map = dict(inv["index"])
         else:
             self._map = {pci: i for i, pci in enumerate(bus_gpus(self.ctx.paths))}
+
+
+def forget_reset(stream: XidStream, reset: resets.Reset) -> bool:
+    """Drops what a verified reset cured (`XidStream.forget_reset`); True when a finding went."""
+    subject = reset.subject(stream.subject_of, KIND_XID)
+    gone = stream.forget_reset(subject, reset.at) if subject else []
+    if gone:
+        log.warning("GPU %s (%s) was reset and verified by the remediation ladder: %s cleared", reset.uuid, subject,
+                    ", ".join(gone))
+    return bool(gone)
 
 
 def new_stream(ctx: CheckContext, cfg: GpuConfig, known: dict[str, int] | None = None) -> XidStream:
@@ -183,6 +196,9 @@ class XidSource:
         saved = self.state.load(XID_FILE)
         if saved is not None and saved[0] == self.boot:
             self.stream.load_json(saved[1])
+        for r in resets.load(self.state, self.boot):  # a kmsg backlog read again must not bring them back
+            forget_reset(self.stream, r)
+        resets.listen(self.ctx.state_dir, self.gpu_reset)
         _live.add(self.ctx.state_dir)
         self._publish()
         self._kmsg = self.ctx.paths.root(self.cfg.kmsg_path)
@@ -193,6 +209,7 @@ class XidSource:
 
     def stop(self) -> None:
         self.stop_event.set()
+        resets.unlisten(self.ctx.state_dir, self.gpu_reset)
         kmsg_follower.unsubscribe(self._kmsg, self)
         for t in self._threads:
             t.join(2.0)  # a thread stuck inside NVML is a daemon thread: left behind
@@ -209,6 +226,13 @@ class XidSource:
             for ev in events:
                 changed = self.stream.add(ev) or changed
             if changed:
+                self._save(force=True)
+                self._publish()
+
+    def gpu_reset(self, reset: resets.Reset) -> None:
+        """The ladder verified a reset of a GPU (agent.gpu.resets tells, on the ladder's thread)."""
+        with self.lock:
+            if forget_reset(self.stream, reset):
                 self._save(force=True)
                 self._publish()
 
@@ -346,6 +370,8 @@ def scan_once_unless_live(ctx: CheckContext, cfg: GpuConfig, b: ObservationBuild
     batch = events_from(records, [], True, time.monotonic())
     for ev in batch.events:
         stream.add(ev)
+    for reset in resets.load(StateDir(ctx.state_dir), boot_id(ctx.paths)):
+        forget_reset(stream, reset)
     for f in stream.findings():
         if f.reason != "KmsgCoverageLost":  # a one-shot scan of a wrapped ring is not a gap in following
             b.finding(f.subject, f.reason, f.message, severity=f.severity, unknown=f.unknown, action=f.action)
