@@ -21,12 +21,12 @@ import os
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .. import kmsg_follower, native
 from ..findings import Finding, ObservationBuilder, Sample
-from ..kmsg import BATCH, KERNEL, KmsgError, Record, facility_name, read_once
+from ..kmsg import BATCH, KERNEL, KmsgError, Record, RecordBatch, facility_name, read_once, unseen
 from ..parsers.xid import KIND_SXID, KIND_XID
 from ..sources import Emit
 from ..statedir import StateDir, StateFile, boot_id, obj, text
@@ -126,18 +126,24 @@ class Batch(NamedTuple):
     foreign: list[tuple[Record, int]]  # (record, events in it) of NVIDIA-looking records a process wrote
 
 
-def events_from(records: list[Record], context: list[bytes], backlog: bool, now: float) -> Batch:
-    """Parsed events of kmsg records, all of them in one call of the parser.
-    `context` carries the last NVRM lines across calls, for the messages that
-    the driver splits over several records. Records whose facility is not the
-    kernel's (`Record.from_kernel`) are no events and never context: they come
-    back in `Batch.foreign`."""
+def nvidia(records: Sequence[Record], start: int = 0) -> list[Record]:
+    """The records from `start` on whose message names the NVIDIA driver: a
+    `RecordBatch` knows them from its own pass; anything else is looked through."""
+    if isinstance(records, RecordBatch):
+        return records.at(records.nvidia_from(start))
+    return [r for r in (records[start:] if start else records) if b"NVRM" in r.message or b"SXid" in r.message]
+
+
+def events_from(records: Sequence[Record], context: list[bytes], backlog: bool, now: float, start: int = 0) -> Batch:
+    """Parsed events of kmsg records (from `start` on), all of them in one call
+    of the parser. `context` carries the last NVRM lines across calls, for the
+    messages that the driver splits over several records. Records whose
+    facility is not the kernel's (`Record.from_kernel`) are no events and never
+    context: they come back in `Batch.foreign`."""
     mine: list[Record] = []
     foreign: list[Record] = []
-    for rec in records:
-        msg = rec.message
-        if b"NVRM" in msg or b"SXid" in msg:
-            (mine if rec.prio is None or rec.prio >> 3 == KERNEL else foreign).append(rec)
+    for rec in nvidia(records, start):
+        (mine if rec.prio is None or rec.prio >> 3 == KERNEL else foreign).append(rec)
     out: list[Event] = []
     if mine:
         lines = [*context, *(r.message for r in mine)]
@@ -311,15 +317,14 @@ class XidSource:
         self._context = []
         self.set_status("kmsg", None, up=1.0)
 
-    def kmsg_records(self, records: list[Record], backlog: bool) -> None:
+    def kmsg_records(self, records: Sequence[Record], backlog: bool) -> None:
         if self.stop_event.is_set():
             return
         with self.lock:
-            record_seq = self.stream.record_seq
-            fresh = [r for r in records if r.seq is None or record_seq(r.seq)]
-            self.stream.records_read += len(fresh)  # a reopen for a late subscriber re-reads the ring: not twice
+            fresh, start = unseen(records, self.stream)
+            self.stream.records_read += len(fresh) - start  # a reopen for a late subscriber re-reads the ring: not twice
             self._dirty = self._dirty or bool(records)
-        batch = events_from(fresh, self._context, backlog, time.monotonic())
+        batch = events_from(fresh, self._context, backlog, time.monotonic(), start)
         if batch.foreign:
             self._foreign(batch.foreign)
         caught_up = len(records) < BATCH
