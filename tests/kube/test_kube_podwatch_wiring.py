@@ -162,3 +162,41 @@ def test_a_single_pass_lists_once(fake: FakeApiServer, tmp_path: Any, built: lis
     assert isinstance(built[-1], PodSnapshot) and [p.name for p in built[-1].pods() or ()] == ["a"]
     assert [r.verb for r in fake.log() if "/pods" in r.path] == ["list", "list"]
     assert os.path.isdir(tmp_path / "state")
+
+
+def test_agent_run_watches_the_nodes_pods_only_while_shaping_reads_them(
+    fake: FakeApiServer, tmp_path: Any, host_firewall_untouched: None
+) -> None:
+    """End to end, `agent run` as a subprocess: traffic shaping reads pods (needs_pods), so the one watch runs,
+    its metrics follow the node's pods, and a SIGHUP that turns shaping off closes it. --dry-run: the traffic
+    check only looks (nothing of the host's firewall or tc is changed), the watch only reads anyway."""
+    import signal
+
+    from agentproc import Agent
+
+    fake.add_pod("team-a", "a", NODE)
+    fake.add_pod("team-b", "elsewhere", "gpu-node-2")
+    kc = fake.kubeconfig(str(tmp_path / "kc"))
+    others = "".join(f"[checks.{name}]\nenabled = false\n" for name in CHECKS if name != "traffic")
+
+    def conf(shaping: bool) -> str:
+        return (f'[kubernetes]\nstartup_jitter = "0s"\n[kubernetes.kill_switch]\nname = ""\n'
+                f"[checks.traffic]\nenabled = true\n[checks.traffic.shaping]\nenabled = {str(shaping).lower()}\n"
+                f'interfaces = ["lo"]\n' + others)
+
+    agent = Agent(tmp_path, conf(True), ("--kubeconfig", kc, "--dry-run"), env={"NODE_NAME": NODE}, log_format="text")
+    try:
+        agent.poll(lambda t: agent.value("node_health_kube_pod_watch_pods") == 1.0, "one pod known", timeout=60)
+        assert agent.value("node_health_kube_pod_watch_up") == 1.0
+        assert agent.value("node_health_kube_pod_watch_relists_total", reason="initial") == 1.0
+        fake.add_pod("team-a", "b", NODE)
+        agent.poll(lambda t: agent.value("node_health_kube_pod_watch_pods") == 2.0, "the new pod seen", timeout=30)
+        assert len(pod_watches(fake)) == 1
+        agent.write_config(conf(False))
+        agent.signal(signal.SIGHUP)
+        agent.poll(lambda t: agent.value("node_health_kube_pod_watch_up") is None, "the watch's metrics gone", timeout=30)
+        wait_for(lambda: not pod_watches(fake), what="the watch closed on the server")
+        pods_reqs = [r.verb for r in fake.log() if r.path == "/api/v1/pods"]
+        assert pods_reqs == ["list", "watch"]  # one list, one watch: nothing per scrape or per check run
+    finally:
+        assert agent.stop() == 0
