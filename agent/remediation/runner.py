@@ -155,6 +155,9 @@ class KubeSide:
     def claim_slot(self, now: float) -> bool:
         return self._get().claim_slot(now)
 
+    def slot_wait(self) -> str:
+        return self.real.slot_wait() if self.real else ""
+
     def release_slot(self, now: float) -> None:
         self._get().release_slot(now)
 
