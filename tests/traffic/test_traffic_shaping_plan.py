@@ -111,3 +111,13 @@ def test_subchain_hung_and_dropped() -> None:
     off = plan_ensure(desired("ipv4", NETS), have, "00000002")  # type: ignore[arg-type]
     assert [c for c, _ in off.rebuild] == ["NODE-HEALTH-INTERNET-OUT"] and off.drop == (CHAIN,)
     assert plan_remove(have).drop == ("NODE-HEALTH-INTERNET-IN", "NODE-HEALTH-INTERNET-OUT", CHAIN)
+
+
+def test_the_pod_watch_is_wanted_only_with_shaping_on() -> None:
+    from agent.registry import CHECKS
+    from agent.traffic.settings import TrafficConfig
+
+    needs = CHECKS["traffic"].needs_pods
+    assert needs is not None
+    assert needs(TrafficConfig()) is False
+    assert needs(TrafficConfig(shaping=ShapingConfig(enabled=True))) is True
