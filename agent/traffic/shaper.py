@@ -65,6 +65,7 @@ class Shaper:
         self.wanted: list[Limit] = []
         self.devices: dict[str, _Device] = {}
         self.leaf = ""  # leaf kind the kernel took last
+        self.reported: set[str] = set()
         self.errors = ErrorLog(log, "shaping")
 
     @property
@@ -81,6 +82,7 @@ class Shaper:
         disabled: then the keeper removes the chain)."""
         if self.roots is None:
             self.roots = self._load()
+        self.reported = set()  # subjects with a TrafficShapingNotInstalled finding this run
         if not self.enabled:
             return {}
         if self.minors is None:
@@ -263,6 +265,9 @@ class Shaper:
                          sum(c.leaf_drops if c.leaf else c.drops for c in found), **labels)
 
     def _problem(self, b: ObservationBuilder, subject: str, message: str) -> None:
+        if subject in self.reported:  # once per run, though begin and end both look
+            return
+        self.reported.add(subject)
         b.finding(subject, "TrafficShapingNotInstalled", message,
                   severity=Severity.INFO if self.dry_run else None)
         self.errors.error(subject, f"shaping {subject}: {message}")
