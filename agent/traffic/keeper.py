@@ -79,6 +79,7 @@ class Keeper:
                 if self.jumps:
                     self._datapath(b)
         finally:
+            self.shaper.close()
             self._export(b)
             if not self.dry_run:
                 try:
