@@ -14,6 +14,11 @@ there skip again what their cursors say they have seen; in a file without
 sequence numbers (``dmesg`` text fed by a test) they skip, by position, the
 records they were given before.
 
+The records come as a `agent.kmsg.RecordBatch`, parsed in one native pass;
+a subscriber with a ``kmsg_screen`` attribute (the fault table's screen, as
+`agent.kernel.patterns.Table.screen`) gets that screen's candidates from the
+same pass (`RecordBatch.screened`).
+
 Everything a subscriber is given runs on the follower's thread; a subscriber
 that raises is logged (once per kind of error) and the others go on.
 """
@@ -23,7 +28,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from .kmsg import BATCH, Kmsg, KmsgError, Record
@@ -46,8 +51,9 @@ class Subscriber(Protocol):
         """The log cannot be opened; tried again every `RETRY_OPEN` seconds."""
         ...
 
-    def kmsg_records(self, records: list[Record], backlog: bool) -> None:
-        """The next records (maybe none: called at least every `WAIT` seconds).
+    def kmsg_records(self, records: Sequence[Record], backlog: bool) -> None:
+        """The next records (maybe none: called at least every `WAIT` seconds),
+        a `RecordBatch` or (after a reopen, in a file without sequence numbers) a list.
         `backlog`: they were in the ring before this subscriber caught up."""
         ...
 
@@ -121,7 +127,8 @@ class Follower:
                 if self._reopen:
                     return
                 subs = list(self._subs)
-            records = k.read_batch()
+            screen = next((sc for s in subs if (sc := getattr(s.sub, "kmsg_screen", b""))), b"")
+            records = k.read_batch(screen=screen)
             caught_up = len(records) < BATCH
             for s in subs:
                 self._give(s, records)
@@ -132,16 +139,17 @@ class Follower:
             else:  # a storm: read on, but give the GIL away once a batch, so /metrics is served meanwhile
                 time.sleep(STORM_YIELD)
 
-    def _give(self, s: _Sub, records: list[Record]) -> None:
-        mine = records
+    def _give(self, s: _Sub, records: Sequence[Record]) -> None:
+        mine: Sequence[Record] = records
         if s.skip:
-            mine = []
+            kept: list[Record] = []
             for r in records:
                 if r.seq is None:
                     s.unsequenced += 1
                     if s.unsequenced <= s.skip:
                         continue
-                mine.append(r)
+                kept.append(r)
+            mine = kept
         elif records and (records[0].seq is None or records[-1].seq is None):  # a file of dmesg text
             s.unsequenced += sum(1 for r in records if r.seq is None)
         self._call(s, s.sub.kmsg_records, mine, s.backlog)

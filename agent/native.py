@@ -20,18 +20,21 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from array import array
 from collections.abc import Callable
 from itertools import repeat
 from typing import Any, Final, TypeVar
 
 from .parsers import diskstats as _diskstats
 from .parsers import iptsave as _iptsave
+from .parsers import kbatch as _kbatch
 from .parsers import kscreen as _kscreen
 from .parsers import mountinfo as _mountinfo
 from .parsers import netdev as _netdev
 from .parsers import xid as _xid
 from .parsers.diskstats import DiskStats
 from .parsers.iptsave import IptRecord
+from .parsers.kbatch import KmsgScan
 from .parsers.kscreen import ScreenHit
 from .parsers.mountinfo import MountInfo
 from .parsers.netdev import NetDevStats
@@ -44,6 +47,7 @@ __all__ = [
     "PYTHON_TWINS",
     "DiskStats",
     "IptRecord",
+    "KmsgScan",
     "MountInfo",
     "NativeError",
     "NetDevStats",
@@ -52,12 +56,13 @@ __all__ = [
     "fallbacks",
     "parse_diskstats",
     "parse_iptables_save",
+    "parse_kbatch",
     "parse_mountinfo",
     "parse_net_dev",
     "parse_xid",
 ]
 
-ABI_VERSION: Final = 3
+ABI_VERSION: Final = 4
 ENV: Final = "NODE_HEALTH_AGENT_PARSERS"
 _CHOICES: Final = ("auto", "native", "python")
 _OK, _ERR_BUFFER, _ERR_ARGS, _ERR_PANIC = 0, 1, 2, -1
@@ -200,6 +205,19 @@ def _native_parser(cfn: str, cls: type[R], nnums: int, nstrs: int, strings_first
     return parse
 
 
+def _native_kbatch(data: bytes) -> KmsgScan:
+    """Wrap `nha_parse_kbatch`: its numbers copied out in three slices, nothing per record."""
+    _, numbers, _ = _call(_lib.nha_parse_kbatch, data)
+    records, sequential, complete, first, last, nvidia, screened = numbers[-7:].tolist()
+    at = _kbatch.FIELDS * records
+    out = []
+    for lo, hi in ((0, at), (at, at + nvidia), (at + nvidia, at + nvidia + 2 * screened)):
+        a = array("Q")
+        a.frombytes(numbers[lo:hi].cast("B"))
+        out.append(a)
+    return KmsgScan(records, sequential, complete, first, last, *out)
+
+
 if _lib is not None:
     _new = _ffi.new_allocator(should_clear_after_alloc=False)
     _scratch = _Scratch()
@@ -217,6 +235,7 @@ if _lib is not None:
         "nha_parse_iptables_save", IptRecord, 4, 4, strings_first=False
     )
     parse_kscreen: Callable[[bytes], list[ScreenHit]] = _native_parser("nha_parse_kscreen", ScreenHit, 2, 0, strings_first=False)
+    parse_kbatch: Callable[[bytes], KmsgScan] = _native_kbatch
 else:
     parse_net_dev = _netdev.parse
     parse_diskstats = _diskstats.parse
@@ -224,6 +243,7 @@ else:
     parse_xid = _xid.parse
     parse_iptables_save = _iptsave.parse
     parse_kscreen = _kscreen.parse
+    parse_kbatch = _kbatch.parse
 
 PYTHON_TWINS: Final = {  # keyed by the name after "nha_parse_"
     "net_dev": _netdev.parse,
@@ -233,6 +253,7 @@ PYTHON_TWINS: Final = {  # keyed by the name after "nha_parse_"
     "iptables_save": _iptsave.parse,
     "kscreen": _kscreen.parse,
 }
+# Not in PYTHON_TWINS: its output has no strings, so it never falls back. Its twin is `agent.parsers.kbatch.parse`.
 
 
 def selftest_panic() -> None:

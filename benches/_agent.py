@@ -47,6 +47,18 @@ class Agent:
             fields = f.read().rpartition(")")[2].split()
         return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
+    def thread_cpu_seconds(self) -> dict[int, float]:
+        """utime + stime of each thread of the process, by thread id (/proc/<pid>/task/<tid>/stat)."""
+        out = {}
+        for tid in os.listdir(f"/proc/{self.pid}/task"):
+            try:
+                with open(f"/proc/{self.pid}/task/{tid}/stat") as f:
+                    fields = f.read().rpartition(")")[2].split()
+            except OSError:  # the thread ended meanwhile
+                continue
+            out[int(tid)] = (int(fields[11]) + int(fields[12])) / CLK_TCK
+        return out
+
 
 def free_port() -> int:
     with socket.socket() as s:

@@ -14,7 +14,16 @@ What the one kernel-log reader does per batch of 4,096 records, timed on
 - ``table-py``: the same with the screen in Python instead (one alternation of
   every pattern, matched against each message: what the native screen
   replaced), for the native/Python decision;
-- ``xid+table``: both, as the agent runs them now.
+- ``xid+table``: both;
+- ``read+xid+table``: the follower's whole path per batch, as `agent run`
+  runs it: the batch read with the fault table's screen in the same native
+  pass (`Kmsg.read_batch(screen=…)`), then each subscriber's work: the
+  records it has not seen (`agent.kmsg.unseen`, its cursor), the Xid events
+  added to an `XidStream` (its deduplication), the faults added to a
+  `FaultTracker` (`agent.kernel.source.faults`).
+
+``xid``, ``table`` and ``xid+table`` run on the batches as the follower
+reads them (`agent.kmsg.RecordBatch`), ``table-py`` on lists of records.
 
 Four logs: ``quiet`` (a busy GPU node's ordinary kernel lines, no fault),
 ``faults-1%`` (1 % fault lines), ``xid-storm`` (60 % NVRM Xid lines, as
@@ -38,9 +47,11 @@ from _timing import measure
 
 from agent import native
 from agent.gpu.xid_source import events_from
+from agent.gpu.xid_tracker import XidStream
+from agent.kernel.faults import FaultTracker
 from agent.kernel.patterns import DEFAULT
-from agent.kernel.source import messages, split
-from agent.kmsg import BATCH, Kmsg, Record, parse_record
+from agent.kernel.source import faults, messages
+from agent.kmsg import BATCH, Kmsg, Record, RecordBatch, unseen
 
 LINES = 100_000
 ORDINARY = [
@@ -87,19 +98,28 @@ def make_log(kind: str, rng: random.Random) -> list[str]:
     return out
 
 
-def batches(records: list[Record]) -> list[list[Record]]:
-    return [records[i : i + BATCH] for i in range(0, len(records), BATCH)]
+def batches(path: str) -> list[RecordBatch]:
+    """The batches the follower reads from `path`, screened for the fault table."""
+    k = Kmsg(path)
+    try:
+        out = []
+        while True:
+            out.append(k.read_batch(screen=DEFAULT.screen))
+            if len(out[-1]) < BATCH:
+                return out
+    finally:
+        k.close()
 
 
-def run_xid(parts: list[list[Record]]) -> int:
+def run_xid(parts: list[RecordBatch]) -> int:
     context: list[bytes] = []
     return sum(len(events_from(b, context, False, 0.0).events) for b in parts)
 
 
-def run_table(parts: list[list[Record]]) -> int:
+def run_table(parts: list[RecordBatch]) -> int:
     found = 0
     for b in parts:
-        mine, foreign = split(b, DEFAULT.scan(messages(b)))
+        mine, foreign = faults(DEFAULT, b)
         found += len(mine) + len(foreign)
     return found
 
@@ -117,10 +137,43 @@ def run_table_python(parts: list[list[Record]]) -> int:
     return found
 
 
+def run_whole(path: str) -> tuple[int, int]:
+    """The follower's whole path: read a batch (screened in the same pass), then the
+    Xid subscriber's work and the kernel-fault subscriber's, each with its own cursor."""
+    stream = XidStream(dedupe_window=10.0, app_hold=300.0, coverage_hold=600.0, overrides={},
+                       subject_of=lambda pci, kind: (f"pci-{pci}", "unknown"))
+    tracker = FaultTracker(DEFAULT)
+    context: list[bytes] = []
+    events = found = 0
+    k = Kmsg(path)
+    try:
+        while True:
+            batch = k.read_batch(screen=DEFAULT.screen)
+            fresh, start = unseen(batch, stream)
+            stream.records_read += len(fresh) - start
+            for ev in events_from(fresh, context, False, 0.0, start).events:
+                stream.add(ev)
+                events += 1
+            fresh, start = unseen(batch, tracker)
+            mine, _ = faults(DEFAULT, fresh, start)
+            for _rec, message, pattern in mine:
+                tracker.add(pattern, message, 0.0)
+                found += 1
+            if len(batch) < BATCH:
+                return events, found
+    finally:
+        k.close()
+
+
 def run_read(path: str) -> int:
     k = Kmsg(path)
     try:
-        return sum(1 for _ in k.read_available())
+        n = 0
+        while True:  # what the follower reads: batches, screened, no record made
+            batch = k.read_batch(screen=DEFAULT.screen)
+            n += len(batch)
+            if len(batch) < BATCH:
+                return n
     finally:
         k.close()
 
@@ -141,16 +194,19 @@ def main() -> int:
             path = os.path.join(tmp, kind)
             with open(path, "w") as fh:
                 fh.write("\n".join(lines) + "\n")
-            parts = batches([parse_record(line.encode()) for line in lines])
+            parts = batches(path)
+            lists = [list(b) for b in parts]
             fns = {
                 "read": lambda p=path: run_read(p),
                 "xid": lambda p=parts: run_xid(p),
                 "table": lambda p=parts: run_table(p),
-                "table-py": lambda p=parts: run_table_python(p),
+                "table-py": lambda p=lists: run_table_python(p),
                 "xid+table": lambda p=parts: (run_xid(p), run_table(p)),
+                "read+xid+table": lambda p=path: run_whole(p),
             }
             counts = {"records": run_read(path), "xid_events": run_xid(parts), "faults": run_table(parts)}
-            assert run_table_python(parts) == counts["faults"], kind
+            assert run_table_python(lists) == counts["faults"], kind
+            assert run_whole(path)[1] <= counts["faults"], kind  # kernel-written only
             figs = measure(fns, args.repeat)
             results[kind] = counts | {
                 name: {"ms_per_100k": f.median * 1e3 * 100_000 / LINES, "min_ms": f.minimum * 1e3 * 100_000 / LINES,
@@ -161,11 +217,11 @@ def main() -> int:
         print(json.dumps({"repeat": args.repeat, "lines": LINES, "load": os.getloadavg()[0], "logs": results}, indent=2))
         return 0
     print(f"{LINES:,} records a run, CPU time, median of {args.repeat} (load average {os.getloadavg()[0]:.1f})")
-    print(f"{'log':12} {'step':10} {'ms/100k':>9} {'min':>7} {'lines/s':>11} {'% core @100k/s':>15}")
+    print(f"{'log':12} {'step':14} {'ms/100k':>9} {'min':>7} {'lines/s':>11} {'% core @100k/s':>15}")
     for kind, r in results.items():
-        for name in ("read", "xid", "table", "table-py", "xid+table"):
+        for name in ("read", "xid", "table", "table-py", "xid+table", "read+xid+table"):
             f = r[name]
-            print(f"{kind:12} {name:10} {f['ms_per_100k']:9.1f} {f['min_ms']:7.1f} {f['lines_per_s']:11,.0f} {f['core_percent_at_100k']:14.1f}%")
+            print(f"{kind:12} {name:14} {f['ms_per_100k']:9.1f} {f['min_ms']:7.1f} {f['lines_per_s']:11,.0f} {f['core_percent_at_100k']:14.1f}%")
         print(f"{'':12} ({r['records']:,} records, {r['xid_events']:,} Xid events, {r['faults']:,} faults)")
     return 0
 

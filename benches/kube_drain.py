@@ -68,13 +68,15 @@ def populate_node(fake: Any, node: str, ready_after: float) -> dict[str, int]:
     return {"evictable": 100, "kept": 10}
 
 
-def bench_node(rounds: int, ready_after: float, retry_max: float | None = None, qps: float | None = None) -> dict[str, Any]:
+def bench_node(rounds: int, ready_after: float, retry_max: float | None = None, qps: float | None = None,
+               watch: bool = False) -> dict[str, Any]:
     from agent.kube.api import Wait
+    from agent.kube.podwatch import PodWatch
     from agent.kube.remediate import KubeRemediation
     from fakeapi import FakeApiServer
-    from kube_support import make_api
+    from kube_support import make_api, wait_for
 
-    drained, walls, requests, refused = [], [], [], []
+    drained, walls, requests, refused, pod_reads = [], [], [], [], []
     for r in range(rounds):
         clock = VirtualClock(1000.0)
         fake = FakeApiServer(clock=clock, wall=lambda c=clock: 1.8e9 + c.t)  # type: ignore[misc]
@@ -89,8 +91,13 @@ def bench_node(rounds: int, ready_after: float, retry_max: float | None = None, 
             if qps is not None:
                 cfg = dataclasses.replace(cfg, drain=dataclasses.replace(cfg.drain, qps=qps))
             tmp = tempfile.mkdtemp(prefix="nha-drain-bench-")
+            pw = None
+            if watch:  # the agent's one pod watch (a check reads pods): the drain reads it instead of listing
+                pw = PodWatch(make_api(fake, tmp, cfg), "gpu-1", cfg.pods, rng=random.Random(r))
+                pw.start()
+                wait_for(lambda: pw is not None and pw.drain_pods() is not None)
             rem = KubeRemediation(make_api(fake, tmp, cfg, clock), "gpu-1", fake.node("gpu-1")["metadata"]["uid"], cfg,
-                                  namespace="node-health", rng=random.Random(r))
+                                  namespace="node-health", rng=random.Random(r), watched=pw.drain_pods if pw else None)
             t0, spent = clock.t, 0.0
             while clock.t - t0 < 7200:
                 w = time.perf_counter()
@@ -102,16 +109,31 @@ def bench_node(rounds: int, ready_after: float, retry_max: float | None = None, 
                     pass
                 spent += time.perf_counter() - w
                 clock.t += 1.0  # the ladder's tick
+                fake.tick()  # the kubelets and controllers act at this time, whether or not the agent asks
+                if pw is not None:  # the watch delivers within milliseconds; here, before the next tick
+                    wait_for(lambda: synced(fake, pw, "gpu-1"))
             drained.append(clock.t - t0)
             walls.append(spent)
             requests.append(len(fake.requests))
             refused.append(sum(1 for x in fake.requests if x.path.endswith("/eviction") and x.status == 429))
+            pod_reads.append(sum(1 for x in fake.requests if x.path == "/api/v1/pods"))
         finally:
+            if pw is not None:
+                pw.stop()
             fake.stop()
     med = sorted(drained)[len(drained) // 2]
     return {"rounds": rounds, "replacement_ready_after_s": ready_after, "drained_after_s_median": med,
             "drained_after_s": drained, "wall_in_agent_s_median": round(sorted(walls)[len(walls) // 2], 2),
-            "requests_median": sorted(requests)[len(requests) // 2], "pdb_429_median": sorted(refused)[len(refused) // 2]}
+            "requests_median": sorted(requests)[len(requests) // 2], "pdb_429_median": sorted(refused)[len(refused) // 2],
+            "pod_list_and_watch_requests_median": sorted(pod_reads)[len(pod_reads) // 2], "pod_watch": watch}
+
+
+def synced(fake: Any, pw: Any, node: str) -> bool:
+    """The pod watch has seen every pod write of `node` so far (pods, and which are terminating)."""
+    def key(p: dict[str, Any]) -> tuple[str, bool]:
+        return p["metadata"]["uid"], bool(p["metadata"].get("deletionTimestamp"))
+    live = {key(p) for p in fake.pods(node) if p["status"].get("phase") not in ("Succeeded", "Failed")}
+    return live == {key(p) for p in pw.drain_pods() or ()}
 
 
 # ---------------------------------------------------------------- the fleet
@@ -233,6 +255,7 @@ def main() -> None:
     n.add_argument("--ready-after", type=float, default=10.0, help="seconds a replacement pod takes to turn Ready")
     n.add_argument("--retry-max", type=float, default=None, help="[kubernetes.drain] retry_max (default: the config's)")
     n.add_argument("--qps", type=float, default=None, help="[kubernetes.drain] qps (default: the config's)")
+    n.add_argument("--watch", action="store_true", help="the pod watch runs (a check reads pods): the drain reads it")
     f = sub.add_parser("fleet", help="every node of a fleet fails at once")
     f.add_argument("--nodes", type=int, default=7500)
     f.add_argument("--budget", type=int, default=75)
@@ -244,7 +267,7 @@ def main() -> None:
 
     logging.disable(logging.WARNING)  # a fleet logs every refused eviction once
     if a.what == "node":
-        out = bench_node(a.rounds, a.ready_after, a.retry_max, a.qps)
+        out = bench_node(a.rounds, a.ready_after, a.retry_max, a.qps, a.watch)
     else:
         out = bench_fleet(a.nodes, a.budget, a.apf or None, a.reboot, a.ready_after)
     print(json.dumps(out, indent=2))

@@ -9,8 +9,10 @@ monotonic totals kept in the state dir (`agent.traffic.tally`). The backend
 kube-proxy's wrapper chooses it; on the first run, rules of ours found in the
 other backend or in a family without internal ranges are removed.
 
-With ``[checks.traffic.shaping]`` enabled, also limits pods' internet egress
-(`agent.traffic.shaper`; reads the node's pods, so `needs_pods`).
+Per pod (``[checks.traffic.pods]``, on by default) it also counts each pod's
+internet traffic (`agent.traffic.perpod`); with ``[checks.traffic.shaping]``
+enabled, it also limits pods' internet egress (`agent.traffic.shaper`). Both
+read the node's pods, hence `needs_pods`.
 
 Needs CAP_NET_ADMIN (and CAP_NET_RAW for legacy): without it, one
 InsufficientPrivilege finding and the counters held where they were. In a dry
@@ -52,5 +54,5 @@ SPEC = CheckSpec(
     config=TrafficConfig,
     build=TrafficCheck,
     catalog=CATALOG,
-    needs_pods=lambda cfg: cfg.shaping.enabled,
+    needs_pods=lambda cfg: bool(cfg.pods.enabled or cfg.shaping.enabled),  # per-pod accounting, shaping
 )

@@ -7,6 +7,10 @@ hold (they start at 0 when created); the monotonic totals are the agent's
 removes ours from both backends. A running agent puts removed rules back
 within one interval: disable the check first. ``remove`` also gives the
 kernel back every root qdisc that shaping took over (htb ``qdisc_major``:).
+Per-pod rules are wanted for the ``[checks.traffic.pods] static`` entries
+only (the CLI has no pod watch): ``install`` by hand on a cluster node takes
+the pods' rules out until the agent's next run puts them back (their counts
+carry on, less what was counted between the agent's last read and the install).
 """
 
 from __future__ import annotations
@@ -18,8 +22,9 @@ import sys
 from typing import Any
 
 from ..traffic.detect import Backend, backend_named, resolve
+from ..traffic.perpod import from_static, sub_chains
 from ..traffic.rule_sync import clear_strays, has_ours, read, reconcile, remove
-from ..traffic.rules import CHAINS, DIRECTIONS, FAMILIES, Current, desired, plan_for
+from ..traffic.rules import CHAINS, DIRECTIONS, FAMILIES, Current, Desired, Network, desired, plan_for
 from ..traffic.tc import TcError, give_back_everywhere
 from ..traffic.tools import CAP_NET_ADMIN, CAP_NET_RAW, TrafficError, missing_caps
 from .shared import Parser
@@ -61,6 +66,11 @@ def _privileged(args: argparse.Namespace, backend: Backend | None = None) -> boo
     return not missing
 
 
+def _desired(cfg: Any, family: str, nets: list[Network]) -> Desired | None:
+    subs = sub_chains(family, from_static(cfg.pods.static)) if cfg.pods.enabled else ()
+    return desired(family, nets, subs)
+
+
 def _families(backend: Backend) -> list[str]:
     return [f for f in FAMILIES if backend.missing(f) is None]
 
@@ -84,7 +94,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         return 0
     print(f"backend: iptables-{backend.name} ({why})")
     for family, cur in found.items():
-        want = desired(family, nets)
+        want = _desired(cfg, family, nets)
         plan = plan_for(want, cur, "")
         if want is None:
             state = "no internal range, no rules wanted" + ("; but some of ours are there" if plan else "")
@@ -117,7 +127,7 @@ def cmd_install(args: argparse.Namespace) -> int:
         backend, why = resolve(args.backend or cfg.backend)
         if not _privileged(args, backend):
             return 1
-        wanted = {f: w for f in FAMILIES if (w := desired(f, nets)) is not None}
+        wanted = {f: w for f in FAMILIES if (w := _desired(cfg, f, nets)) is not None}
         done, failed = clear_strays(backend, wanted, mutate=True)
         for family, want in wanted.items():
             out = reconcile(backend, family, want, mutate=True)

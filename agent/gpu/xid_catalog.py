@@ -13,7 +13,8 @@ How long a finding stays (`Verdict.sticky`): an Xid whose action is
 ``reset_gpu``, ``reboot``, ``drain_and_diagnose`` or ``rma`` stays until the
 node reboots (a new boot id); ``reset_gpu`` ones also end when the NVIDIA
 driver is loaded again (``NVRM: loading NVIDIA UNIX …`` after the Xid: a driver
-reload resets every GPU). Xids whose action is ``none`` or ``restart_app`` stay
+reload resets every GPU) or the remediation ladder verified a reset of that GPU
+(`agent.gpu.resets`). Xids whose action is ``none`` or ``restart_app`` stay
 for ``app_xid_hold`` only: the GPU itself is fine once the application is gone.
 """
 
@@ -40,8 +41,8 @@ def hold(action: str) -> str:
     if action not in STICKY_ACTIONS:
         return "`app_xid_hold` (5 min) after the event: the GPU is fine once the application is gone"
     if action == "reset_gpu":
-        return ("until the node reboots, or until the NVIDIA driver is loaded again (`NVRM: loading NVIDIA UNIX …` "
-                "after the Xid: a reload resets every GPU)")
+        return ("until the node reboots, until the NVIDIA driver is loaded again (`NVRM: loading NVIDIA UNIX …` "
+                "after the Xid: a reload resets every GPU), or until the remediation ladder verified a reset of that GPU")
     return "until the node reboots (a new boot id)"
 
 

@@ -7,7 +7,9 @@ records with events (at most once a second while a storm keeps the follower
 reading full batches), and every few seconds while only the cursor moves. A
 write that fails (a full disk) is logged once and retried with a backoff.
 Started in the same boot, the follower skips what it already processed;
-after a reboot it starts afresh.
+after a reboot it starts afresh. The resets the remediation ladder verified
+(``gpu-resets.json``, `agent.gpu.resets`) drop that GPU's ``reset_gpu``
+findings, at once and again at every start.
 """
 
 from __future__ import annotations
@@ -19,15 +21,16 @@ import os
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .. import kmsg_follower, native
 from ..findings import Finding, ObservationBuilder, Sample
-from ..kmsg import BATCH, KERNEL, KmsgError, Record, facility_name, read_once
-from ..parsers.xid import KIND_SXID
+from ..kmsg import BATCH, KERNEL, KmsgError, Record, RecordBatch, facility_name, read_once, unseen
+from ..parsers.xid import KIND_SXID, KIND_XID
 from ..sources import Emit
 from ..statedir import StateDir, StateFile, boot_id, obj, text
+from . import resets
 from .catalog import CATALOG
 from .nvmlevents import NvmlEvents
 from .pci import bus_gpus, normalize
@@ -85,6 +88,16 @@ class GpuIndex:
             self._map = {pci: i for i, pci in enumerate(bus_gpus(self.ctx.paths))}
 
 
+def forget_reset(stream: XidStream, reset: resets.Reset) -> bool:
+    """Drops what a verified reset cured (`XidStream.forget_reset`); True when a finding went."""
+    subject = reset.subject(stream.subject_of, KIND_XID)
+    gone = stream.forget_reset(subject, reset.at) if subject else []
+    if gone:
+        log.warning("GPU %s (%s) was reset and verified by the remediation ladder: %s cleared", reset.uuid, subject,
+                    ", ".join(gone))
+    return bool(gone)
+
+
 def new_stream(ctx: CheckContext, cfg: GpuConfig, known: dict[str, int] | None = None) -> XidStream:
     return XidStream(
         dedupe_window=cfg.dedupe_window,
@@ -113,18 +126,24 @@ class Batch(NamedTuple):
     foreign: list[tuple[Record, int]]  # (record, events in it) of NVIDIA-looking records a process wrote
 
 
-def events_from(records: list[Record], context: list[bytes], backlog: bool, now: float) -> Batch:
-    """Parsed events of kmsg records, all of them in one call of the parser.
-    `context` carries the last NVRM lines across calls, for the messages that
-    the driver splits over several records. Records whose facility is not the
-    kernel's (`Record.from_kernel`) are no events and never context: they come
-    back in `Batch.foreign`."""
+def nvidia(records: Sequence[Record], start: int = 0) -> list[Record]:
+    """The records from `start` on whose message names the NVIDIA driver: a
+    `RecordBatch` knows them from its own pass; anything else is looked through."""
+    if isinstance(records, RecordBatch):
+        return records.at(records.nvidia_from(start))
+    return [r for r in (records[start:] if start else records) if b"NVRM" in r.message or b"SXid" in r.message]
+
+
+def events_from(records: Sequence[Record], context: list[bytes], backlog: bool, now: float, start: int = 0) -> Batch:
+    """Parsed events of kmsg records (from `start` on), all of them in one call
+    of the parser. `context` carries the last NVRM lines across calls, for the
+    messages that the driver splits over several records. Records whose
+    facility is not the kernel's (`Record.from_kernel`) are no events and never
+    context: they come back in `Batch.foreign`."""
     mine: list[Record] = []
     foreign: list[Record] = []
-    for rec in records:
-        msg = rec.message
-        if b"NVRM" in msg or b"SXid" in msg:
-            (mine if rec.prio is None or rec.prio >> 3 == KERNEL else foreign).append(rec)
+    for rec in nvidia(records, start):
+        (mine if rec.prio is None or rec.prio >> 3 == KERNEL else foreign).append(rec)
     out: list[Event] = []
     if mine:
         lines = [*context, *(r.message for r in mine)]
@@ -177,6 +196,9 @@ class XidSource:
         saved = self.state.load(XID_FILE)
         if saved is not None and saved[0] == self.boot:
             self.stream.load_json(saved[1])
+        for r in resets.load(self.state, self.boot):  # a kmsg backlog read again must not bring them back
+            forget_reset(self.stream, r)
+        resets.listen(self.ctx.state_dir, self.gpu_reset)
         _live.add(self.ctx.state_dir)
         self._publish()
         self._kmsg = self.ctx.paths.root(self.cfg.kmsg_path)
@@ -187,6 +209,7 @@ class XidSource:
 
     def stop(self) -> None:
         self.stop_event.set()
+        resets.unlisten(self.ctx.state_dir, self.gpu_reset)
         kmsg_follower.unsubscribe(self._kmsg, self)
         for t in self._threads:
             t.join(2.0)  # a thread stuck inside NVML is a daemon thread: left behind
@@ -203,6 +226,13 @@ class XidSource:
             for ev in events:
                 changed = self.stream.add(ev) or changed
             if changed:
+                self._save(force=True)
+                self._publish()
+
+    def gpu_reset(self, reset: resets.Reset) -> None:
+        """The ladder verified a reset of a GPU (agent.gpu.resets tells, on the ladder's thread)."""
+        with self.lock:
+            if forget_reset(self.stream, reset):
                 self._save(force=True)
                 self._publish()
 
@@ -287,15 +317,14 @@ class XidSource:
         self._context = []
         self.set_status("kmsg", None, up=1.0)
 
-    def kmsg_records(self, records: list[Record], backlog: bool) -> None:
+    def kmsg_records(self, records: Sequence[Record], backlog: bool) -> None:
         if self.stop_event.is_set():
             return
         with self.lock:
-            record_seq = self.stream.record_seq
-            fresh = [r for r in records if r.seq is None or record_seq(r.seq)]
-            self.stream.records_read += len(fresh)  # a reopen for a late subscriber re-reads the ring: not twice
+            fresh, start = unseen(records, self.stream)
+            self.stream.records_read += len(fresh) - start  # a reopen for a late subscriber re-reads the ring: not twice
             self._dirty = self._dirty or bool(records)
-        batch = events_from(fresh, self._context, backlog, time.monotonic())
+        batch = events_from(fresh, self._context, backlog, time.monotonic(), start)
         if batch.foreign:
             self._foreign(batch.foreign)
         caught_up = len(records) < BATCH
@@ -341,6 +370,8 @@ def scan_once_unless_live(ctx: CheckContext, cfg: GpuConfig, b: ObservationBuild
     batch = events_from(records, [], True, time.monotonic())
     for ev in batch.events:
         stream.add(ev)
+    for reset in resets.load(StateDir(ctx.state_dir), boot_id(ctx.paths)):
+        forget_reset(stream, reset)
     for f in stream.findings():
         if f.reason != "KmsgCoverageLost":  # a one-shot scan of a wrapped ring is not a gap in following
             b.finding(f.subject, f.reason, f.message, severity=f.severity, unknown=f.unknown, action=f.action)

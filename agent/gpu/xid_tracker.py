@@ -22,8 +22,8 @@ window, the excess is counted twice rather than lost. At most `MAX_KEYS`
 GPU/Xid pairs are kept (those with nothing left to pair go first).
 
 State (`to_json`): the kmsg cursor (last sequence number), the active
-findings with their expiry (CLOCK_MONOTONIC, valid for the boot), the
-counters; the source saves it with the boot id, so a restart resumes and a
+findings with their expiry and their latest event (CLOCK_MONOTONIC, valid
+for the boot), the counters; the source saves it with the boot id, so a restart resumes and a
 reboot starts afresh.
 """
 
@@ -73,6 +73,7 @@ class Active:
     action: str
     until: float | None  # None: until reboot
     count: int = 1
+    last: float = 0.0  # CLOCK_MONOTONIC of its latest event (0: not known, saved by an older agent)
 
 
 class XidStream:
@@ -89,6 +90,7 @@ class XidStream:
         self.window, self.app_hold, self.coverage_hold = dedupe_window, app_hold, coverage_hold
         self.overrides, self.subject_of, self.clock = overrides, subject_of, clock
         self.active: dict[tuple[str, str], Active] = {}
+        self.resets: dict[str, float] = {}  # subject -> CLOCK_MONOTONIC of its latest verified reset
         # (pci, xid) -> source -> times of the sightings that source has not matched yet
         self.unmatched: dict[tuple[str, int], dict[str, deque[float]]] = {}
         self._verdicts: dict[tuple[int, int], Verdict | None] = {}
@@ -137,14 +139,16 @@ class XidStream:
         until = None if verdict.sticky else ev.at + self.app_hold
         if until is not None and until <= self.clock():
             return True  # an application Xid from the backlog whose hold is long over: counted only
+        if verdict.action == "reset_gpu" and ev.at <= self.resets.get(subject, -1.0):
+            return True  # before a verified reset of its GPU (a backlog read again): counted only
         msg = f"{verdict.title}: {ev.message} (action: {ACTION_TEXT[verdict.action]})"
         old = self.active.get((subject, verdict.reason))
         if old is not None:
             old.severity = max(old.severity, verdict.severity, key=lambda s: s.rank)
             old.until = None if old.until is None or until is None else max(old.until, until)
-            old.message, old.count = msg, old.count + 1
+            old.message, old.count, old.last = msg, old.count + 1, max(old.last, ev.at)
         else:
-            self.active[(subject, verdict.reason)] = Active(verdict.severity, msg, verdict.action, until)
+            self.active[(subject, verdict.reason)] = Active(verdict.severity, msg, verdict.action, until, last=ev.at)
         return True
 
     def _verdict(self, ev: Event) -> Verdict | None:
@@ -203,6 +207,17 @@ class XidStream:
             del self.active[k]
         return bool(gone)
 
+    def forget_reset(self, subject: str, at: float) -> list[str]:
+        """A verified reset of the GPU `subject` at `at` (CLOCK_MONOTONIC, agent.gpu.resets): its
+        findings whose action is reset_gpu and whose last event came before then are cured. An Xid
+        after the reset counts again; one from before it that is read later (the backlog read again
+        after a restart) does not. The reasons dropped."""
+        self.resets[subject] = max(at, self.resets.get(subject, at))
+        gone = [k for k, a in self.active.items() if k[0] == subject and a.action == "reset_gpu" and a.last <= at]
+        for k in gone:
+            del self.active[k]
+        return [r for _, r in gone]
+
     def expire(self) -> bool:
         now = self.clock()
         gone = [k for k, a in self.active.items() if a.until is not None and a.until <= now]
@@ -239,7 +254,8 @@ class XidStream:
     def to_json(self) -> dict[str, Any]:
         return {
             "cursor": self.cursor,
-            "active": [[s, r, a.severity.value, a.message, a.action, a.until, a.count] for (s, r), a in self.active.items()],
+            "active": [[s, r, a.severity.value, a.message, a.action, a.until, a.count, a.last]
+                       for (s, r), a in self.active.items()],
             "counts": [[g, x, n] for (g, x), n in self.counts.items()],
             "lost": self.lost,
             "gaps": self.gaps,
@@ -250,8 +266,8 @@ class XidStream:
     def load_json(self, data: Mapping[str, Any]) -> None:
         """Restores what `to_json` wrote (validated by `check_saved`)."""
         self.cursor = data.get("cursor")
-        for s, r, sev, msg, action, until, count in data.get("active", []):
-            self.active[(s, r)] = Active(Severity(sev), msg, action, until, count)
+        for s, r, sev, msg, action, until, count, *last in data.get("active", []):
+            self.active[(s, r)] = Active(Severity(sev), msg, action, until, count, last[0] if last else 0.0)
         self.counts = {(g, x): n for g, x, n in data.get("counts", [])}
         self.lost, self.gaps = data.get("lost", 0), data.get("gaps", 0)
         self.not_kernel = data.get("not_kernel", 0)
@@ -264,13 +280,15 @@ def check_saved(raw: Any) -> dict[str, Any]:
     if d.get("cursor") is not None:
         integer(d["cursor"], "stream.cursor")
     for i, row in enumerate(seq(d.get("active", []), "stream.active")):
-        s, r, sev, msg, action, until, count = _row(row, 7, f"stream.active[{i}]")
+        s, r, sev, msg, action, until, count, *last = _row(row, (7, 8), f"stream.active[{i}]")  # 7: before `last`
         for value, what in ((s, "subject"), (r, "reason"), (msg, "message"), (action, "action")):
             text(value, f"stream.active[{i}].{what}")
         Severity(text(sev, f"stream.active[{i}].severity"))
         integer(count, f"stream.active[{i}].count")
         if until is not None:
             number(until, f"stream.active[{i}].until")
+        for value in last:
+            number(value, f"stream.active[{i}].last")
     for i, row in enumerate(seq(d.get("counts", []), "stream.counts")):
         gpu, xid, n = _row(row, 3, f"stream.counts[{i}]")
         text(gpu, f"stream.counts[{i}].gpu")
@@ -285,8 +303,9 @@ def check_saved(raw: Any) -> dict[str, Any]:
     return d
 
 
-def _row(value: Any, n: int, where: str) -> list[Any]:
+def _row(value: Any, n: int | tuple[int, ...], where: str) -> list[Any]:
     row = seq(value, where)
-    if len(row) != n:
-        raise Damaged(f"{where}: expected {n} fields, got {len(row)}")
+    ns = n if isinstance(n, tuple) else (n,)
+    if len(row) not in ns:
+        raise Damaged(f"{where}: expected {' or '.join(map(str, ns))} fields, got {len(row)}")
     return row

@@ -62,9 +62,15 @@ class Table:
         self.by_name = {p.name: p for p in self.patterns}
         self._each = [(re.compile(p.pattern.encode()), p) for p in self.patterns]
         entries = [entry for p in self.patterns for entry in p.screen]
-        self._spec = spec(entries) + b"\0" if entries else b""
+        self.screen = spec(entries)  # for `agent.kmsg.RecordBatch.screened`
+        self._spec = self.screen + b"\0" if entries else b""
         rest = [p for p in self.patterns if not p.screen]  # an operator's: screened by their regex
         self._rest = re.compile(b"|".join(b"(?:" + p.pattern.encode() + b")" for p in rest)) if rest else None
+        self.screened_only = self._rest is None  # the screen alone picks every candidate
+        # Per screen entry, the patterns from its own on: none before it can match a message that
+        # this entry is the first to accept (their entries come first and accept none of it).
+        owner = [i for i, p in enumerate(self.patterns) for _ in p.screen]
+        self._from_entry = [tuple(self._each[i:]) for i in owner]
 
     def scan(self, messages: Sequence[bytes]) -> list[Match]:
         """The messages that a pattern matches, with the first pattern (in table
@@ -75,12 +81,30 @@ class Table:
         if self._rest is not None:
             more = [i for i, m in enumerate(map(self._rest.match, messages)) if m is not None]
             hits = sorted(set(hits).union(more))
+        return self.confirm((i, messages[i]) for i in hits)
+
+    def confirm(self, candidates: Iterable[tuple[int, bytes]]) -> list[Match]:
+        """The candidates (index, message) that a pattern matches, with the first
+        pattern (in table order) that does."""
         out: list[Match] = []
-        for i in hits:
-            msg = messages[i]
+        for i, msg in candidates:
             for rx, p in self._each:
                 if rx.match(msg):
                     out.append(Match(i, p))
+                    break
+        return out
+
+    def confirm_screened(self, entries: Sequence[int], messages: Sequence[bytes]) -> list[tuple[int, FaultPattern]]:
+        """`confirm` for messages the screen picked, when it alone picks
+        (`screened_only`): (position in `messages`, first pattern that matches
+        it), trying the patterns from that of the message's first accepting
+        entry (`entries`) on."""
+        out = []
+        from_entry = self._from_entry
+        for j, (k, msg) in enumerate(zip(entries, messages)):
+            for rx, p in from_entry[k]:
+                if rx.match(msg):
+                    out.append((j, p))
                     break
         return out
 

@@ -20,17 +20,17 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .. import kmsg_follower
 from ..findings import Finding, ObservationBuilder, Sample
-from ..kmsg import BATCH, KERNEL, KmsgError, Record, facility_name, read_once
+from ..kmsg import BATCH, KmsgError, Record, RecordBatch, facility_name, read_once, unseen
 from ..sources import Emit
 from ..statedir import StateDir, StateFile, boot_id, obj, text
-from .catalog import CATALOG
+from .catalog import CATALOG, FaultPattern
 from .faults import CHECK, FaultTracker, check_saved
-from .patterns import Match, Table, message_of
+from .patterns import Table, message_of
 
 if TYPE_CHECKING:
     from ..check import CheckContext
@@ -51,18 +51,31 @@ def _parse(raw: Any) -> tuple[str, dict[str, Any]]:
 KERNEL_LOG_FILE = StateFile(STATE_FILE, _parse)
 
 
-def messages(records: list[Record]) -> list[bytes]:
+Fault = tuple[Record, bytes, FaultPattern]  # a record, the message matched, the pattern that matched it
+
+
+def messages(records: Sequence[Record]) -> list[bytes]:
     """The message of each record; a line without a kmsg header (a file of dmesg text) has its prefix cut off."""
     return [r.message if r.prio is not None else message_of(r.message) for r in records]
 
 
-def split(records: list[Record], found: list[Match]) -> tuple[list[Match], list[Match]]:
-    """The matches in the kernel's records, and those in records a process wrote."""
-    mine: list[Match] = []
-    foreign: list[Match] = []
-    for m in found:
-        prio = records[m.index].prio
-        (mine if prio is None or prio >> 3 == KERNEL else foreign).append(m)
+def faults(table: Table, records: Sequence[Record], start: int = 0) -> tuple[list[Fault], list[Fault]]:
+    """The records from `start` on that a pattern matches: those the kernel
+    wrote, and those a process wrote. A `RecordBatch` whose records all have a
+    kmsg header gives the screen's candidates from its own pass, so only they
+    become records; anything else is screened here."""
+    if isinstance(records, RecordBatch) and records.sequential and table.screened_only:
+        indices, entries = records.screened(table.screen, start)
+        recs = records.at(indices)
+        found = [(recs[j], recs[j].message, p) for j, p in table.confirm_screened(entries, [r.message for r in recs])]
+    else:
+        rest = records[start:] if start else records
+        texts = messages(rest)
+        found = [(rest[m.index], texts[m.index], m.pattern) for m in table.scan(texts)]
+    mine: list[Fault] = []
+    foreign: list[Fault] = []
+    for f in found:
+        (mine if f[0].from_kernel else foreign).append(f)
     return mine, foreign
 
 
@@ -74,6 +87,7 @@ class KernelLogSource:
         self.table: Table = cfg.table()
         self.state = StateDir(ctx.state_dir)
         self.tracker = FaultTracker(self.table)
+        self.kmsg_screen = self.table.screen if self.table.screened_only else b""  # the follower screens for us
         self.lock = threading.Lock()
         self.stopped = threading.Event()
         self.path = ""
@@ -118,20 +132,18 @@ class KernelLogSource:
     def kmsg_opened(self) -> None:
         self._set_status(None, 1.0)
 
-    def kmsg_records(self, records: list[Record], backlog: bool) -> None:
+    def kmsg_records(self, records: Sequence[Record], backlog: bool) -> None:
         if self.stopped.is_set():
             return
         with self.lock:
-            fresh = [r for r in records if r.seq is None or self.tracker.record_seq(r.seq)]
-        texts = messages(fresh)
-        found, spoofed = split(fresh, self.table.scan(texts))
+            fresh, start = unseen(records, self.tracker)
+        found, spoofed = faults(self.table, fresh, start)
         now = time.monotonic()
         with self.lock:
             changed = self.tracker.expire()
-            for m in found:
-                rec = fresh[m.index]
+            for rec, message, pattern in found:
                 at = rec.usec / 1e6 if backlog and rec.usec is not None else now
-                changed = self.tracker.add(m.pattern, texts[m.index], at) or changed
+                changed = self.tracker.add(pattern, message, at) or changed
             if spoofed:
                 self.tracker.not_kernel += len(spoofed)
                 changed = True
@@ -142,12 +154,12 @@ class KernelLogSource:
                 self._publish()
         if spoofed and not self._foreign_logged:
             self._foreign_logged = True
-            rec = fresh[spoofed[0].index]
+            rec, _, pattern = spoofed[0]
             log.warning(
                 "kernel log record %s was written by a process (syslog facility %s), not by the kernel: it looks like "
                 "a kernel fault (%s) but is none; such records are only counted in "
                 "node_health_kernel_faults_not_kernel_total (this is logged once): %s",
-                rec.seq, facility_name(rec.facility or 0), spoofed[0].pattern.name,
+                rec.seq, facility_name(rec.facility or 0), pattern.name,
                 rec.message[:200].decode("utf-8", "replace"),
             )
 
@@ -196,11 +208,9 @@ def scan_once_unless_live(ctx: CheckContext, cfg: KernelConfig, b: ObservationBu
         b.finding("kmsg", "InsufficientPrivilege" if exc.privilege else "KernelLogUnavailable", str(exc))
         return
     tracker = FaultTracker(cfg.table())
-    texts = messages(records)
-    found, spoofed = split(records, tracker.table.scan(texts))
-    for m in found:
-        rec = records[m.index]
-        tracker.add(m.pattern, texts[m.index], rec.usec / 1e6 if rec.usec is not None else time.monotonic())
+    found, spoofed = faults(tracker.table, records)
+    for rec, message, pattern in found:
+        tracker.add(pattern, message, rec.usec / 1e6 if rec.usec is not None else time.monotonic())
     for f in tracker.findings():
         b.finding(f.subject, f.reason, f.message, severity=f.severity, action=f.action)
     ignored = f", {len(spoofed)} written by processes ignored" if spoofed else ""

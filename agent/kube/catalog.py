@@ -20,20 +20,6 @@ REASONS: tuple[Reason, ...] = (
         "until an operator creates it.",
     ),
     Reason(
-        "DisruptionBudgetExhausted",
-        Severity.WARNING,
-        "Every slot of the fleet-wide disruption budget is taken: this node's drain, GPU reset or reboot waits "
-        "(its taint still keeps new pods away).",
-        action="none",  # about the remediation itself: never remediated
-    ),
-    Reason(
-        "DisruptionBudgetMissing",
-        Severity.WARNING,
-        "The disruption budget namespace has no ResourceQuota capping Leases, so no remediation step runs "
-        "(fail closed) until an operator creates it.",
-        action="none",  # about the remediation itself: never remediated
-    ),
-    Reason(
         "DrainTimedOut",
         Severity.WARNING,
         "The drain timeout passed with pods still on the node (refused by their PodDisruptionBudgets, or in a "
@@ -102,10 +88,6 @@ METRICS: tuple[MetricSpec, ...] = (
     ),
     MetricSpec("node_health_kube_drain_pods_remaining", "gauge",
                "Pods the current drain still waits for (to evict, or terminating within their grace period)."),
-    MetricSpec(
-        "node_health_kube_disruption_budget", "gauge",
-        "1 for the disruption budget's current state (idle, held, exhausted, missing, disabled).", ("state",),
-    ),
     MetricSpec("node_health_kube_pod_watch_up", "gauge",
                "1 while the watch on this node's pods is open (only when an enabled check reads pods)."),
     MetricSpec("node_health_kube_pod_watch_pods", "gauge",

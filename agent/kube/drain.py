@@ -1,11 +1,18 @@
 """Moving the pods off this node through the Eviction API, one step at a time.
 
-`Drainer.step(now)` never sleeps: it lists the node's pods (``fieldSelector=
-spec.nodeName=<node>``, the only pods it ever reads, at most every
-``poll_interval``), sends the evictions that are due and returns a
+`Drainer.step(now)` never sleeps: it reads the node's pods (``fieldSelector=
+spec.nodeName=<node>``, the only pods it ever reads), sends the evictions that
+are due and returns a
 `DrainProgress`; the caller calls it again until ``done`` (or decides what
 ``timed_out`` means for it). Every request passes the drain's rate limit
 (`KubeApi`'s gate), which may raise `Wait`; what was done before stays done.
+
+Where the pods come from: while the agent's one pod watch is open
+(`agent.kube.podwatch`, running because a check reads pods), from it, at every
+step and without a request (it keeps, per pod, exactly the fields read here:
+`podwatch.drain_record`); otherwise, and whenever the watch is down, a LIST at
+most every ``poll_interval``. A pod this drain evicted counts as terminating
+from the 201 on, whatever a watch event still in flight says.
 
 What is never evicted, as ``kubectl drain --ignore-daemonsets`` does
 (kubectl ``pkg/drain/filters.go``): DaemonSet pods (their controller would
@@ -34,6 +41,7 @@ import logging
 import random
 import re
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -124,9 +132,11 @@ class _Drain:
 
 class Drainer:
     def __init__(
-        self, api: KubeApi, node: str, cfg: DrainSection, *, own_namespace: str, rng: random.Random | None = None
+        self, api: KubeApi, node: str, cfg: DrainSection, *, own_namespace: str, rng: random.Random | None = None,
+        watched: Callable[[], list[dict[str, Any]] | None] | None = None,
     ) -> None:
         self.api, self.node, self.cfg = api, node, cfg
+        self.watched = watched or (lambda: None)  # the node's pods from the pod watch while it is open, else None
         self.skip = frozenset((*cfg.skip_namespaces, own_namespace) if own_namespace else cfg.skip_namespaces)
         self.rng = rng or random.Random()
         self.results: Counter[str] = Counter()  # evictions by result, for the metric
@@ -138,7 +148,8 @@ class Drainer:
 
     def plan(self, only: frozenset[str] | None = None) -> list[str]:
         """The pods a drain would evict now ("ns/name"); one list request, nothing written."""
-        return [p.ref for p in self._evictable(self.api.list_pods_on(self.node), only)]
+        items = self.watched()
+        return [p.ref for p in self._evictable(self.api.list_pods_on(self.node) if items is None else items, only)]
 
     def _evictable(self, items: list[dict[str, Any]], only: frozenset[str] | None) -> list[Pod]:
         out = []
@@ -157,7 +168,10 @@ class Drainer:
             d = self._drain = _Drain(deadline=now + self.cfg.timeout)
             log.warning("draining node %s: evicting its pods (timeout %gs)", self.node, self.cfg.timeout)
         timed_out = now >= d.deadline
-        if d.pods is None or (now >= d.listed_at + self.cfg.poll_interval and self._waiting(d, now)):
+        watched = self.watched()
+        if watched is not None:  # the pod watch is open: its set is current and costs no request
+            d.pods = self._selected(d, watched, only, now)
+        elif d.pods is None or (now >= d.listed_at + self.cfg.poll_interval and self._waiting(d, now)):
             items = self.api.list_pods_on(self.node)
             d.listed_at = now
             d.pods = self._selected(d, items, only, now)
@@ -183,6 +197,8 @@ class Drainer:
             pod = Pod.of(obj)
             if only is not None and pod.uid not in only or skip_reason(obj, self.skip) is not None:
                 continue
+            if pod.terminating is None and pod.uid in d.stopping:  # evicted or deleted by us: its deletion started
+                pod = Pod(pod.namespace, pod.name, pod.uid, pod.grace, d.stopping[pod.uid][1])
             if pod.terminating is not None:
                 d.stopping.setdefault(pod.uid, (now, pod.terminating))
             out.append(pod)

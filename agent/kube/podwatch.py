@@ -184,6 +184,8 @@ class PodWatch:
         self._interrupt()
         if self._thread is not None:
             self._thread.join(timeout=5)
+        with self._lock:
+            self._up = False  # stopped: no longer current (the drain lists again)
 
     def _run(self) -> None:
         if self._startup and not self._sleep_until(self.clock() + self._startup):

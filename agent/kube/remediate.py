@@ -13,7 +13,9 @@ with a full quota and a GET that finds it).
 - **Disruption budget**: the same `Budget` as the taint budget, in its own
   namespace under its own ResourceQuota (``[kubernetes.disruption_budget]``):
   a wave of tainted-but-running nodes cannot stop a reboot, nor the other way
-  round. No slot → wait: a finding, a metric and an event say so.
+  round. No slot → wait: `slot_wait` says why in one sentence, and the ladder
+  reports it as its one ``DisruptionSlotWaiting`` finding, event and metric
+  (nothing here reports it a second time).
 - **Retire**: the condition ``<condition_prefix>NeedsHardwareRepair`` (a
   strategic-merge patch of nodes/status with that one type), the label
   ``<taint_prefix>retired=true`` an inventory can select on (a strategic-merge
@@ -30,6 +32,7 @@ import random
 import time
 import uuid
 from collections.abc import Callable
+from typing import Any
 
 from ..findings import Finding, Sample
 from . import SOURCE
@@ -48,7 +51,6 @@ log = logging.getLogger(__name__)
 NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 RETIRED_CONDITION = "NeedsHardwareRepair"  # after the condition prefix
 RETIRED_LABEL = "retired"  # after the taint prefix
-BUDGET_STATES = ("idle", "held", "exhausted", "missing", "disabled")
 EVENT_ACTION = "Remediate"
 
 
@@ -68,13 +70,14 @@ class KubeRemediation:
     def __init__(
         self, api: KubeApi, node: str, node_uid: str, cfg: KubernetesSection, *, namespace: str | None = None,
         wall: Callable[[], float] = time.time, rng: random.Random | None = None,
+        watched: Callable[[], list[dict[str, Any]] | None] | None = None,
     ) -> None:
         self.node, self.node_uid, self.cfg, self.wall = node, node_uid, cfg, wall
         rng = rng or random.Random()
         gate = Gate(qps=cfg.drain.qps, burst=cfg.drain.burst, backoff_max=cfg.backoff_max, now=api.clock(), rng=rng)
         self.api = api.with_gate(gate)
         ns = own_namespace() if namespace is None else namespace
-        self.drainer = Drainer(self.api, node, cfg.drain, own_namespace=ns, rng=rng)
+        self.drainer = Drainer(self.api, node, cfg.drain, own_namespace=ns, rng=rng, watched=watched)
         self.budget = Budget(self.api, cfg.disruption_budget, node, held=False, recheck=cfg.resync_interval, rng=rng,
                              what="disruption")
         self.recorder = EventRecorder(self.api, node, burst=cfg.event_burst, refill=cfg.event_refill, now=api.clock())
@@ -82,7 +85,6 @@ class KubeRemediation:
         self.condition = cfg.condition_prefix + RETIRED_CONDITION
         self.progress: DrainProgress | None = None
         self._only: frozenset[str] | None = None
-        self._told: str | None = None  # the budget state an event was sent for
 
     # ------------------------------------------------------------ drain
 
@@ -100,22 +102,25 @@ class KubeRemediation:
     # ------------------------------------------------------------ the disruption budget
 
     def claim_slot(self, now: float) -> bool:
-        held = self.budget.ensure(now, self.node_uid)
-        state = self.budget.state
-        if not held and state != self._told:
-            self._told = state
-            what = ("every slot of the disruption budget is taken" if state == "exhausted" else
-                    f"no ResourceQuota {self.cfg.disruption_budget.namespace}/{self.cfg.disruption_budget.quota_name} caps the disruption budget")
-            self.event(f"DisruptionBudget{state.capitalize()}", f"remediation waits: {what}", warning=True)
-        elif held:
-            self._told = None
-        return held
+        return self.budget.ensure(now, self.node_uid)
+
+    def slot_wait(self) -> str:
+        """Why the last claim got no slot, in one sentence ("" while one is held or none was refused)."""
+        db = self.cfg.disruption_budget
+        if self.budget.held:
+            return ""
+        if self.budget.state == "exhausted":
+            return f"every slot of the fleet's disruption budget (Leases in {db.namespace}) is held by other nodes"
+        if self.budget.state == "missing":
+            return (f"no ResourceQuota {db.namespace}/{db.quota_name} caps the disruption budget: "
+                    "no remediation step runs until an operator creates it (fail closed)")
+        return ""
 
     def release_slot(self, now: float) -> None:
         self.budget.release()
         self.budget.idle()
         self.drainer.reset()
-        self.progress, self._told = None, None
+        self.progress = None
 
     # ------------------------------------------------------------ retire
 
@@ -139,10 +144,6 @@ class KubeRemediation:
 
     def findings(self) -> tuple[Finding, ...]:
         out = []
-        state = self.budget.state
-        if state in ("exhausted", "missing") and not self.budget.held:
-            out.append(CATALOG.finding(SOURCE, "disruption_budget", f"DisruptionBudget{state.capitalize()}",
-                                       f"remediation of {self.node} waits for a disruption budget slot"))
         p = self.progress
         if p is not None and p.timed_out:
             out.append(CATALOG.finding(SOURCE, "drain", "DrainTimedOut",
@@ -152,6 +153,4 @@ class KubeRemediation:
     def samples(self) -> list[Sample]:
         out = [Sample("node_health_kube_evictions_total", float(self.drainer.results[r]), (("result", r),)) for r in RESULTS]
         out.append(Sample("node_health_kube_drain_pods_remaining", float(self.drainer.remaining)))
-        out += [Sample("node_health_kube_disruption_budget", float(s == self.budget.state), (("state", s),))
-                for s in BUDGET_STATES]
         return out

@@ -150,7 +150,10 @@ class DrainSection:
         duration=True, min=1,
     )
     retry_max: float = opt(60.0, "Longest wait between two evictions of one refused pod.", duration=True, min=1)
-    poll_interval: float = opt(5.0, "List the node's pods at most this often while draining.", duration=True, min=1)
+    poll_interval: float = opt(
+        5.0, "List the node's pods at most this often while draining (while the pod watch is open: read from it).",
+        duration=True, min=1,
+    )
     qps: float = opt(1.0, "Client-side rate limit of the drain's requests (its own bucket): sustained per second.",
                      min=0.01, max=100)
     burst: int = opt(10, "Client-side rate limit of the drain's requests: at once.", min=1, max=100)
@@ -182,7 +185,7 @@ class PodWatchSection:
         duration=True, min=10, max=86400,
     )
     watch_timeout: float = opt(
-        300.0, "Server-side timeout of one watch request, jittered up to twice this (as client-go's reflector).",
+        1800.0, "Server-side timeout of one watch request, jittered up to twice this (the kill switch's 30-60 minutes).",
         duration=True, min=60, max=3600,
     )
 

@@ -26,20 +26,36 @@ def spec(entries: list[tuple[str, str]]) -> bytes:
     return ENTRY.join(p.encode() + (NEEDLE + n.encode() if n else b"") for p, n in entries)
 
 
-def parse(data: bytes) -> list[ScreenHit]:
-    screen, sep, text = data.partition(b"\0")
-    if not sep:
-        return []
-    by_first: dict[int, list[tuple[int, bytes, bytes]]] = {}
-    if screen:
-        for k, e in enumerate(screen.split(ENTRY)):
+Screen = dict[int, list[tuple[int, bytes, bytes]]]
+
+
+def screen(spec_: bytes) -> Screen:
+    """The entries of a screen (as written before the NUL byte), by the first byte of their prefix."""
+    by_first: Screen = {}
+    if spec_:
+        for k, e in enumerate(spec_.split(ENTRY)):
             prefix, _, needle = e.partition(NEEDLE)
             if prefix:
                 by_first.setdefault(prefix[0], []).append((k, prefix, needle))
+    return by_first
+
+
+def entry(by_first: Screen, msg: bytes) -> int | None:
+    """The index of the first entry that accepts `msg`, else None."""
+    for k, prefix, needle in by_first.get(msg[0], ()) if msg else ():
+        if msg.startswith(prefix) and (not needle or needle in msg[len(prefix):]):
+            return k
+    return None
+
+
+def parse(data: bytes) -> list[ScreenHit]:
+    spec_, sep, text = data.partition(b"\0")
+    if not sep:
+        return []
+    by_first = screen(spec_)
     out = []
     for i, msg in enumerate(text.split(b"\n")):
-        for k, prefix, needle in by_first.get(msg[0], ()) if msg else ():
-            if msg.startswith(prefix) and (not needle or needle in msg[len(prefix):]):
-                out.append(ScreenHit(i, k))
-                break
+        k = entry(by_first, msg)
+        if k is not None:
+            out.append(ScreenHit(i, k))
     return out

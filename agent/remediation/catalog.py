@@ -13,7 +13,9 @@ REASONS: tuple[Reason, ...] = (
     Reason(
         "DisruptionSlotWaiting",
         Severity.WARNING,
-        "A remediation step waits for a slot of the fleet's disruption budget (every slot is held by other nodes).",
+        "A remediation step waits for a slot of the fleet's disruption budget: every slot is held by other nodes, "
+        "or no ResourceQuota caps the budget (fail closed); the message says which. The one finding, event and "
+        "metric (node_health_remediation_waiting{on=\"slot\"}) of a wait.",
         family=F,
         action="none",  # the ladder's own state: never a cause for another step
     ),

@@ -2,7 +2,8 @@
 
 `Cluster` is the contract with `agent.kube.remediate.KubeRemediation`
 (/work/coord/remediation-interface.md): drain (the whole node or the pods of
-some UIDs) through the Eviction API, the fleet's disruption budget, the
+some UIDs) through the Eviction API, the fleet's disruption budget (and why
+no slot was granted, `slot_wait`: the ladder's one finding says it), the
 retired condition and label, events. Its methods may raise
 `agent.kube.api.ApiError` or `Wait`: the ladder tries again on its next tick.
 
@@ -39,6 +40,7 @@ class Cluster(Protocol):
     def plan_drain(self, only_pod_uids: frozenset[str] | None = None) -> list[str]: ...
     def drain(self, now: float, only_pod_uids: frozenset[str] | None = None) -> Progress: ...
     def claim_slot(self, now: float) -> bool: ...
+    def slot_wait(self) -> str: ...
     def release_slot(self, now: float) -> None: ...
     def set_retired(self, retired: bool, message: str) -> None: ...
     def event(self, reason: str, message: str, warning: bool = False) -> None: ...
@@ -66,6 +68,9 @@ class NoCluster:
 
     def claim_slot(self, now: float) -> bool:
         return True
+
+    def slot_wait(self) -> str:
+        return ""
 
     def release_slot(self, now: float) -> None:
         return None

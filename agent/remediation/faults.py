@@ -5,7 +5,7 @@ and its action (`Finding.action`, from the catalog's reason) is one that a
 step can cure: ``reset_gpu``, ``reboot``, ``drain_and_diagnose`` or ``rma``.
 ``restart_app`` and ``none`` are the workload's business. A GPU fault's
 subject ``gpu<N>`` is joined with ``node_health_gpu_info`` to find the UUID
-a reset names.
+a reset names (and the PCI address the Xid stream knows the GPU by).
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ class Fault:
     message: str
     gpu: str = ""  # GPU index for a gpu<N> subject
     uuid: str = ""  # its UUID, when node_health_gpu_info names it
+    pci: str = ""  # its PCI bus id, likewise
 
 
 def plan(action: str, step: str) -> tuple[str, ...]:
@@ -47,18 +48,19 @@ def plan(action: str, step: str) -> tuple[str, ...]:
     return PLAN[action][AT[step]:]
 
 
-def gpu_uuids(samples: Iterable[Sample]) -> dict[str, str]:
+def gpu_ids(samples: Iterable[Sample]) -> dict[str, tuple[str, str]]:
+    """GPU index -> (UUID, PCI bus id), from node_health_gpu_info."""
     out = {}
     for s in samples:
         if s.name == "node_health_gpu_info":
             labels = dict(s.labels)
             if labels.get("gpu") and labels.get("uuid"):
-                out[labels["gpu"]] = labels["uuid"]
+                out[labels["gpu"]] = (labels["uuid"], labels.get("pci_bus_id", ""))
     return out
 
 
 def faults(findings: Sequence[Finding], samples: Iterable[Sample]) -> list[Fault]:
-    uuids = gpu_uuids(samples)
+    ids = gpu_ids(samples)
     out: dict[str, Fault] = {}
     for f in findings:
         action = f.action
@@ -66,5 +68,6 @@ def faults(findings: Sequence[Finding], samples: Iterable[Sample]) -> list[Fault
             continue
         gpu = f.subject[3:] if f.subject.startswith("gpu") and f.subject[3:].isdigit() else ""
         key = f"{f.check}/{f.subject}/{f.reason}"
-        out[key] = Fault(key, action, f.subject, f.message, gpu, uuids.get(gpu, ""))
+        uuid, pci = ids.get(gpu, ("", ""))
+        out[key] = Fault(key, action, f.subject, f.message, gpu, uuid, pci)
     return [out[k] for k in sorted(out)]

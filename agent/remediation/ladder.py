@@ -26,6 +26,7 @@ from typing import Protocol
 
 from ..catalog import Catalog
 from ..findings import Finding, Sample
+from ..gpu import resets as gpu_resets
 from ..statedir import StateDir
 from .catalog import CHECK
 from .cluster import Cluster, Progress
@@ -40,6 +41,7 @@ DAY = 86400.0
 REBOOT_RETRY = 600.0  # a reboot command that failed is tried again no sooner (the daily cap counts it)
 REBOOT_OVERDUE = 7200.0  # a requested reboot that has not happened by then is reported (never asked for again)
 MAX_TRANSITIONS = 12  # steps one tick may take (each one persisted)
+STARTUP_GRACE = 120.0  # after a start, a recorded fault not reported yet keeps its first-seen time this long
 
 
 class GpuUsers(Protocol):
@@ -58,9 +60,10 @@ class Ladder:
     def __init__(
         self, cfg: RemediationSection, state: StateDir, host: Host, cluster: Cluster, *, catalog: Catalog,
         users: GpuUsers | None = None, dry_run: bool = False, clock: Callable[[], float] = time.time,
+        mono: Callable[[], float] = time.monotonic,
     ) -> None:
         self.cfg, self.state, self.host, self.cluster, self.catalog = cfg, state, host, cluster, catalog
-        self.users, self.dry_run, self.clock = users, dry_run, clock
+        self.users, self.dry_run, self.clock, self.mono = users, dry_run, clock, mono
         self.paused: bool | None = False  # the cluster's kill switch (None: not known yet, wait)
         had_file = os.path.lexists(self.state.file(RECORD_FILE.name))
         loaded = state.load(RECORD_FILE)
@@ -77,13 +80,14 @@ class Ladder:
         self.counts: dict[tuple[str, str], int] = {}
         self._said: dict[str, str] = {}  # log-once memory
         self._adopted = False  # a slot held before this process started is claimed again once (the cluster side forgot it)
+        self._started: float | None = None  # the first tick's time
 
     # ------------------------------------------------------------ the tick
 
     def tick(self, faults: Sequence[Fault]) -> None:
         self.now, self.boot = self.clock(), self.host.boot_id()
         self.present = {f.key: f for f in faults}
-        self.first_seen = {k: self.first_seen.get(k, self.now) for k in self.present}
+        self._stood()
         if self.suspect is None:
             self.suspect = set(self.present) if self.damaged else set()
             if self.suspect:
@@ -107,6 +111,24 @@ class Ladder:
             if ep is None or not self._advance(ep):
                 break
 
+    def _stood(self) -> None:
+        """First-seen times, from the record: a restart neither resets nor shortens a fault's wait.
+
+        Another boot's times, or a time ahead of the clock (it was set back), start the wait
+        again (later, never sooner); so does a missing or damaged record. For `STARTUP_GRACE`
+        after the start a recorded fault that is not (yet) reported keeps its time: the checks
+        have not all run again; after that a fault that is gone is forgotten."""
+        if self._started is None:
+            self._started = self.now
+        old = self.rec.seen if self.rec.seen_boot == self.boot else {}
+        keep = self.now - self._started < STARTUP_GRACE
+        seen = {k: t for k, t in old.items() if keep and k not in self.present and t <= self.now}
+        seen.update({k: old[k] if old.get(k, self.now + 1) <= self.now else self.now for k in self.present})
+        if seen != self.rec.seen or self.rec.seen_boot != self.boot:
+            self.rec.seen, self.rec.seen_boot = seen, self.boot
+            self._save()
+        self.first_seen = seen
+
     def _remember(self) -> None:
         """Reboots the same fault came back after; cures and reboots that left the window."""
         changed = False
@@ -116,10 +138,11 @@ class Ladder:
                 last.back, changed = True, True
                 log.warning("%s came back after the reboot of %s: an uncured reboot", key, _utc(last.at))
         handled = {k: b for k, b in self.rec.handled.items() if k in self.present and b == self.boot}
+        resets = {k: b for k, b in self.rec.resets.items() if b == self.boot}
         window = self.cfg.retire.window
         reboots = [r for r in self.rec.reboots if self.now - r.at <= window]
-        if changed or handled != self.rec.handled or len(reboots) != len(self.rec.reboots):
-            self.rec.handled, self.rec.reboots = handled, reboots
+        if changed or handled != self.rec.handled or resets != self.rec.resets or len(reboots) != len(self.rec.reboots):
+            self.rec.handled, self.rec.resets, self.rec.reboots = handled, resets, reboots
             self._save()
 
     def _adopt(self) -> None:
@@ -150,8 +173,13 @@ class Ladder:
             return
         f = min(due, key=lambda f: (-RANK[EPISODE[f.action]], f.key))
         ep = Episode(key=f.key, action=EPISODE[f.action], subject=f.subject, step="claim", started=self.now,
-                     step_at=self.now, uuid=f.uuid, gpu=f.gpu, scope="gpu" if f.action == "reset_gpu" else "node")
+                     step_at=self.now, uuid=f.uuid, gpu=f.gpu, pci=f.pci, scope="gpu" if f.action == "reset_gpu" else "node")
         log.warning("remediation: %s (%s) has stood %.0fs: %s", f.key, f.action, self.now - self.first_seen[f.key], f.message)
+        if f.action == "reset_gpu" and self.rec.resets.get(f.key) == self.boot:
+            ep.action, ep.scope = "reboot", "node"  # the reset did not cure it: as a failed reset does
+            ep.note = f"{f.key} came back after a verified reset of GPU {f.uuid or f.subject} in this boot"
+            log.error("remediation: %s; escalating to a reboot", ep.note)
+            self._event("RemediationEscalated", f"{ep.note}; escalating to a reboot", warning=True)
         self.rec.episode = ep
         self._save()
 
@@ -185,8 +213,9 @@ class Ladder:
         if self._blocked(ep, plan(ep.action, "claim")[0]):
             return False
         if not self.cluster.claim_slot(self.now):
-            self._wait("slot", "every slot of the fleet's disruption budget is held; waiting for one")
-            self._event_once("DisruptionSlotWaiting", f"{ep.key}: waiting for a disruption slot", warning=True)
+            why = self.cluster.slot_wait() or "no disruption slot was granted"
+            self._wait("slot", f"{ep.key} waits for a disruption slot: {why}")
+            self._event_once("DisruptionSlotWaiting", f"{ep.key} waits for a disruption slot: {why}", warning=True)
             return False
         ep.slot, self._adopted = True, True
         return self._go(ep, "drain")
@@ -243,6 +272,7 @@ class Ladder:
         if not res.ok:
             return self._escalate(ep, f"the reset of GPU {ep.uuid} failed: {res.detail}", failed="reset_gpu")
         self._event("GpuReset", f"{ep.key}: GPU {ep.uuid} reset; verifying")
+        ep.reset_at = self.mono()  # the Xids of that GPU before this moment are what the reset cured
         return self._go(ep, "verify")
 
     def _resetting(self, ep: Episode) -> bool:
@@ -254,6 +284,11 @@ class Ladder:
         if not res.ok:
             return self._escalate(ep, f"GPU {ep.uuid} failed its verification after the reset: {res.detail}", failed="verify")
         self.rec.handled[ep.key] = self.boot
+        self.rec.resets[ep.key] = self.boot
+        self._save()  # before the Xid stream is told: back after this, the fault escalates to a reboot
+        # Downward, through the state dir: the Xid stream drops that GPU's reset_gpu findings from
+        # before the reset (the kernel log never says a reset happened), and the node is released.
+        gpu_resets.record(self.state, self.boot, ep.uuid, pci=ep.pci, gpu=ep.gpu, at=ep.reset_at or self.mono())
         return self._end(ep, f"GPU {ep.uuid} reset and verified ({res.detail})", reason="RemediationSucceeded")
 
     def _escalate(self, ep: Episode, why: str, failed: str = "") -> bool:

@@ -4,7 +4,8 @@ It is written atomically before every step that changes the host (before a
 reset, before a reboot: the finding, the time and the boot ID), so an agent
 killed at any point and started again resumes where it was and never asks
 for a second reboot for one record. The reboots of the retire window and the
-retired mark survive restarts and reboots. The file is read back through
+retired mark survive restarts and reboots; so does how long each fault has
+stood (its first-seen time, for this boot). The file is read back through
 `StateDir.load`: a damaged one is set aside, and the ladder then refuses to
 reboot for the faults it finds standing (it cannot tell what it did already).
 """
@@ -33,11 +34,13 @@ class Episode:
     step_at: float  # wall time the step began
     uuid: str = ""  # the GPU of a reset_gpu fault
     gpu: str = ""  # its index as NVML numbers it
+    pci: str = ""  # its PCI bus id
     scope: str = "node"  # drain scope: node, or gpu (the pods holding uuid)
     slot: bool = False  # a disruption slot is held
     boot_id: str = ""  # the boot a reboot was asked from
     booted_at: float = 0.0  # wall time the new boot was seen
     retry_at: float = 0.0  # a failed step is tried again no sooner
+    reset_at: float = 0.0  # CLOCK_MONOTONIC when the GPU reset finished (Xids before it are what it cured)
     note: str = ""  # why the ladder is where it is (escalations, failures)
 
 
@@ -65,7 +68,13 @@ class Record:
     reboots: list[Reboot] = field(default_factory=list)
     retired: Retired | None = None
     handled: dict[str, str] = field(default_factory=dict)  # fault key -> boot id: cured by a reset while it stands
+    # fault key -> boot id of a verified reset for it: back in the same boot, the reset did not cure it (→ reboot)
+    resets: dict[str, str] = field(default_factory=dict)
     unretire: bool = False  # an operator un-retired the node (agent remediation unretire): clear the cluster's mark
+    # How long each fault has stood: fault key -> wall time first seen, in the boot `seen_boot`. Persisted so
+    # that a restart neither resets nor shortens the wait; another boot's (or a lost record's) starts it again.
+    seen: dict[str, float] = field(default_factory=dict)
+    seen_boot: str = ""
 
     def unretired(self) -> bool:
         """`agent remediation unretire`: forget the retirement and the reboots that led to it."""
@@ -81,12 +90,15 @@ class Record:
             "reboots": [asdict(r) for r in self.reboots[-MAX_REBOOTS:]],
             "retired": asdict(self.retired) if self.retired else None,
             "handled": dict(self.handled),
+            "resets": dict(self.resets),
             "unretire": self.unretire,
+            "seen": dict(self.seen),
+            "seen_boot": self.seen_boot,
         }
 
 
-_EPISODE_TEXT = ("key", "action", "subject", "step", "uuid", "gpu", "scope", "boot_id", "note")
-_EPISODE_NUM = ("started", "step_at", "booted_at", "retry_at")
+_EPISODE_TEXT = ("key", "action", "subject", "step", "uuid", "gpu", "pci", "scope", "boot_id", "note")
+_EPISODE_NUM = ("started", "step_at", "booted_at", "retry_at", "reset_at")
 STEPS = ("claim", "drain", "reset_gpu", "resetting", "verify", "reboot", "rebooting", "settle", "hold", "retire")
 
 
@@ -126,8 +138,10 @@ def parse(raw: Any) -> Record:
         raise Damaged(f"version: expected {VERSION}, got {d.get('version')!r}")
     reboots = [_reboot(r, f"reboots[{i}]") for i, r in enumerate(seq(d.get("reboots", []), "reboots"))]
     handled = {k: text(v, f"handled.{k}") for k, v in obj(d.get("handled", {}), "handled").items()}
-    return Record(_episode(d.get("episode")), reboots, _retired(d.get("retired")), handled,
-                  flag(d.get("unretire", False), "unretire"))
+    resets = {k: text(v, f"resets.{k}") for k, v in obj(d.get("resets", {}), "resets").items()}
+    seen = {k: number(v, f"seen.{k}") for k, v in obj(d.get("seen", {}), "seen").items()}
+    return Record(_episode(d.get("episode")), reboots, _retired(d.get("retired")), handled, resets,
+                  flag(d.get("unretire", False), "unretire"), seen, text(d.get("seen_boot", ""), "seen_boot"))
 
 
 RECORD_FILE = StateFile(FILE, parse)

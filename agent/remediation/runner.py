@@ -143,7 +143,7 @@ class KubeSide:
             uid = rec.node.uid()
             if rec.api is None or not uid:
                 raise Wait(time.monotonic() + 5)
-            self.real = KubeRemediation(rec.api, rec.node_name, uid, rec.cfg)
+            self.real = KubeRemediation(rec.api, rec.node_name, uid, rec.cfg, watched=self.kube.watched_pods)
         return self.real
 
     def plan_drain(self, only_pod_uids: frozenset[str] | None = None) -> list[str]:
@@ -154,6 +154,9 @@ class KubeSide:
 
     def claim_slot(self, now: float) -> bool:
         return self._get().claim_slot(now)
+
+    def slot_wait(self) -> str:
+        return self.real.slot_wait() if self.real else ""
 
     def release_slot(self, now: float) -> None:
         self._get().release_slot(now)

@@ -42,6 +42,14 @@ REASONS: tuple[Reason, ...] = (
         "was found, or the kernel refused a class): the pods to be shaped there are not limited.",
         action="none",
     ),
+    Reason(
+        "PodTrafficUnknown",
+        Severity.WARNING,
+        "The node's pods are not known (the pod watch has not listed them yet or is down past its staleness "
+        "limit): per-pod internet traffic is unknown and its series withheld; the rules of the pods last known count on.",
+        unknown=True,
+        action="none",
+    ),
 )
 
 METRICS: tuple[MetricSpec, ...] = (
@@ -103,6 +111,28 @@ METRICS: tuple[MetricSpec, ...] = (
         "Packets of a shaped pod's internet egress dropped by its class's queue on the uplinks.",
         ("namespace", "pod"),
     ),
+    MetricSpec(
+        "node_health_pod_traffic_bytes_total",
+        "counter",
+        "Bytes (IP headers included) a pod on this node received from (internet-in) or sent to (internet-out) "
+        "addresses outside the internal ranges, all its addresses together; a series exists while the pod is on the "
+        "node (host-network pods are the node's). Monotonic across rule re-creation and agent restarts.",
+        ("namespace", "pod", "direction"),
+    ),
+    MetricSpec(
+        "node_health_pod_traffic_packets_total",
+        "counter",
+        "Packets a pod on this node received from (internet-in) or sent to (internet-out) addresses outside the "
+        "internal ranges.",
+        ("namespace", "pod", "direction"),
+    ),
+    MetricSpec(
+        "node_health_pod_traffic_accounting_up",
+        "gauge",
+        "1 while the per-pod series are complete; 0 while unknown (pods not known, or the datapath bypasses the "
+        "iptables hooks): the per-pod series are withheld then, never shown as zero.",
+    ),
+    MetricSpec("node_health_pod_traffic_rules", "gauge", "Per-pod count rules the agent keeps, all families and directions."),
 )
 
 CATALOG = Catalog.declare(REASONS, METRICS)

@@ -11,8 +11,10 @@ from ..findings import ObservationBuilder, Severity
 from ..parsers.iptsave import KIND_RULE
 from .datapath import Verdict, Witness, cilium_routing, jump_bytes
 from .detect import Backend, resolve
+from .perpod import CHAINS as POD_CHAINS
+from .perpod import TAGS, Counted, from_pods, from_static, is_pod_tally, sub_chains, tally_key
 from .rule_sync import Outcome, clear_strays, read, reconcile
-from .rules import DIRECTIONS, FAMILIES, Current, Desired, SubChain, desired, generation
+from .rules import DIRECTIONS, FAMILIES, Current, Desired, SubChain, count_key, desired, family_of, generation
 from .shaper import Shaper
 from .shaping import assigned
 from .tally import Tallies
@@ -30,18 +32,29 @@ from .tools import (
 
 if TYPE_CHECKING:
     from ..check import CheckContext
+    from ..pods import PodAddr, PodView
     from .settings import TrafficConfig
 
 log = logging.getLogger(__name__)
 
 SUBJECT = "iptables"
 DATAPATH = "datapath"
+PODS = "pods"
 
 
 class Keeper:
     def __init__(self, ctx: CheckContext, cfg: TrafficConfig) -> None:
         self.nets = [ipaddress.ip_network(r) for r in cfg.internal_ranges]
-        self.wanted: dict[str, Desired] = {f: w for f in FAMILIES if (w := desired(f, self.nets)) is not None}
+        self.per_pod = cfg.pods.enabled
+        self.pod_view: PodView | None = ctx.pods if self.per_pod else None
+        # without a cluster, the configured networks; with one, the pods as last known
+        self.counted: tuple[Counted, ...] = from_static(cfg.pods.static) if self.per_pod and ctx.pods is None else ()
+        self.pods_known = True  # False while the pod view says it does not know
+        self.last_pods: tuple[PodAddr, ...] | None = None
+        self._counted_changed()
+        self.wanted: dict[str, Desired] = {
+            f: w for f in FAMILIES if (w := desired(f, self.nets, self.pod_subs[f])) is not None
+        }
         self.shaper = Shaper(cfg.shaping, ctx.pods, ctx.state_dir, ctx.dry_run)
         self.choice = cfg.backend
         self.dry_run = ctx.dry_run
@@ -62,6 +75,8 @@ class Keeper:
     def known_findings(self) -> list[tuple[str, str]]:
         out = [(SUBJECT, r) for r in ("NotApplicable", "InsufficientPrivilege", "TrafficBackendUnavailable")]
         out.append((DATAPATH, "TrafficDatapathBypass"))
+        if self.pod_view is not None:
+            out.append((PODS, "PodTrafficUnknown"))
         out += self.shaper.known_findings()
         return out + [(f, r) for f in self.wanted for r in ("InsufficientPrivilege", "TrafficRulesNotInPlace")]
 
@@ -69,6 +84,7 @@ class Keeper:
         if self.tallies is None:
             self.tallies = Tallies(self.state_dir)
         try:
+            self._pods(b)
             backend = self._prepare(b)
             if backend is not None:
                 self.jumps = {}
@@ -78,6 +94,7 @@ class Keeper:
                 self.shaper.end(b)
                 if self.jumps:
                     self._datapath(b)
+                self._forget_pods()
         finally:
             self.shaper.close()
             self._export(b)
@@ -116,9 +133,10 @@ class Keeper:
         return backend
 
     def _want(self, subs: Mapping[str, Sequence[SubChain]]) -> None:
-        """What each family must hold this run: the accounting rules and the sub-features' chains."""
+        """What each family must hold this run: the accounting rules, the per-pod chains and the sub-features'
+        chains (hung after the per-pod ones)."""
         for family in list(self.wanted):
-            want = desired(family, self.nets, subs.get(family, ()))
+            want = desired(family, self.nets, (*self.pod_subs[family], *subs.get(family, ())))
             if want is not None:
                 self.wanted[family] = want
 
@@ -131,6 +149,51 @@ class Keeper:
             except TrafficError as exc:
                 log.debug("cannot read the shaping rules of %s: %s", family, exc)
         return out
+
+    # ------------------------------------------------------------ what is counted per pod
+
+    def _counted_changed(self) -> None:
+        self.pod_subs = {f: sub_chains(f, self.counted) if self.per_pod else () for f in FAMILIES}
+        counted_families = {family_of(n) for n in self.nets}
+        self.pod_rules = sum(len(s.rules) for f in counted_families for s in self.pod_subs[f])
+        # per counted pod and direction, the tallies of its rules (its addresses in the families we count)
+        self.pod_tallies = [
+            (c, {d: [tally_key(TAGS[d], family_of(n), c.key(n)) for n in c.nets if family_of(n) in counted_families]
+                 for d in DIRECTIONS})
+            for c in self.counted
+        ]
+
+    def _pods(self, b: ObservationBuilder) -> None:
+        """Take the pods in when they changed; their rules follow in this run."""
+        view = self.pod_view
+        if view is None:
+            return
+        pods = view.pods()
+        if pods is None:
+            self.pods_known = False
+            self._problem(b, PODS, "PodTrafficUnknown", "the node's pods are not known: per-pod internet traffic "
+                          "is unknown (series withheld); the rules of the pods last known count on")
+            return
+        self.pods_known = True
+        self._recovered(PODS)
+        snapshot = tuple(pods)  # compared, not the view's generation: cheap, and right whatever order it bumps in
+        if snapshot == self.last_pods:
+            return
+        self.last_pods = snapshot
+        counted, notes = from_pods(snapshot)
+        for note in notes:
+            log.warning("per-pod traffic: %s", note)
+        if counted != self.counted:
+            self.counted = counted
+            self._counted_changed()
+
+    def _forget_pods(self) -> None:
+        """Tallies of rules no longer wanted (a pod that left): its series goes, and so does its state."""
+        assert self.tallies is not None
+        if not self.pods_known:
+            return
+        keep = {name for _, names in self.pod_tallies for d in DIRECTIONS for name in names[d]}
+        self.tallies.forget([k for k in self.tallies.tallies if is_pod_tally(k) and k not in keep])
 
     def _clear_strays(self, backend: Backend) -> None:
         done, failed = clear_strays(backend, self.wanted, mutate=not self.dry_run)
@@ -193,6 +256,12 @@ class Keeper:
             if tally.observe(generation(rec.comment) or "", rec.packets, rec.bytes):
                 log.info("%s %s count rule is new or was zeroed; %d bytes counted before it are kept",
                          family, direction, tally.base_bytes)
+        for direction, chain in POD_CHAINS.items():
+            for rec in cur.counted(chain):
+                key = count_key(rec.comment)
+                if key and rec.kind == KIND_RULE:
+                    self.tallies.named(tally_key(TAGS[direction], family, key)).observe(
+                        generation(rec.comment) or "", rec.packets, rec.bytes)
 
     # ------------------------------------------------------------ does netfilter see the traffic?
 
@@ -233,6 +302,27 @@ class Keeper:
             b.sample("node_health_traffic_rules_in_place", 1 if self.in_place.get(family) else 0, family=family)
         if self.backend is not None:
             b.sample("node_health_traffic_backend_info", 1, backend=self.backend.name)
+        if self.per_pod:
+            self._export_pods(b, known=self.pods_known and not blind)
+
+    def _export_pods(self, b: ObservationBuilder, known: bool) -> None:
+        """One series per counted pod and direction, its addresses summed; none at all while unknown."""
+        assert self.tallies is not None
+        b.sample("node_health_pod_traffic_accounting_up", 1 if known else 0)
+        b.sample("node_health_pod_traffic_rules", self.pod_rules)
+        if not known:
+            return
+        tallies = self.tallies.tallies
+        for c, names in self.pod_tallies:
+            for direction in DIRECTIONS if names[DIRECTIONS[0]] else ():
+                nbytes = packets = 0
+                for name in names[direction]:
+                    t = tallies.get(name)
+                    if t is not None:
+                        nbytes, packets = nbytes + t.total_bytes, packets + t.total_packets
+                labels = {"namespace": c.namespace, "pod": c.pod, "direction": direction}
+                b.sample("node_health_pod_traffic_bytes_total", nbytes, **labels)
+                b.sample("node_health_pod_traffic_packets_total", packets, **labels)
 
     def _problem(self, b: ObservationBuilder, subject: str, reason: str, message: str) -> None:
         b.finding(subject, reason, message)

@@ -187,6 +187,8 @@ class _Change:
                 self.iptc.Chain(self.table, chain).append_rule(self.rule(spec))
         for doomed in sorted(plan.delete, key=lambda d: (d.chain, -d.position)):
             self.delete(doomed)
+        for chain, spec in plan.append:
+            self.iptc.Chain(self.table, chain).append_rule(self.rule(spec))
         for chain, spec in reversed(plan.insert):
             self.iptc.Chain(self.table, chain).insert_rule(self.rule(spec), 0)
         for chain in plan.drop:

@@ -58,9 +58,10 @@ def restore_batch(plan: Plan) -> str:
         lines += [f"-A {chain} {s.restore_text()}" for s in specs]
     for d in sorted(plan.delete, key=lambda d: (d.chain, -d.position)):
         lines.append(f"-D {d.chain} {d.rule}")
+    lines += [f"-A {chain} {spec.restore_text()}" for chain, spec in plan.append]
     for chain, spec in reversed(plan.insert):
         lines.append(f"-I {chain} 1 {spec.restore_text()}")
-    for chain in plan.drop:
-        lines += [f"-F {chain}", f"-X {chain}"]
+    lines += [f"-F {chain}" for chain in plan.drop]  # all flushed before any is deleted: one may jump to another
+    lines += [f"-X {chain}" for chain in plan.drop]
     lines.append("COMMIT")
     return "\n".join(lines) + "\n"

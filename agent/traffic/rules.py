@@ -21,7 +21,12 @@ A sub-feature (per-pod accounting, shaping) hangs a chain of its own from an
 internet chain with a `SubChain`: one jump at the end of that chain (after the
 count rule, so only traffic outside the internal ranges reaches it) and the
 sub-chain's rules, kept like the rest. A sub-chain no longer wanted is emptied
-and deleted with its jump.
+and deleted with its jump. A sub-chain is either ordered (rebuilt whole when
+it differs, like the internet chains) or a set (``ordered=False``: rules whose
+order does not matter, added and deleted one by one, so that one pod coming or
+going leaves every other rule, and its counter, alone). Count rules anywhere
+are commented ``node-health-agent:<role>:count[:<key>]`` and stamped with a
+generation when created (per-pod rules carry a key: `agent.traffic.perpod`).
 
 Ours is what carries the ``node-health-agent:`` comment, plus every chain
 named ``NODE-HEALTH-…``. A jump may sit anywhere in its built-in chain (we insert
@@ -35,6 +40,7 @@ import ipaddress
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from types import MappingProxyType
 
 from ..parsers.iptsave import COMMENT_PREFIX as _PREFIX_BYTES
@@ -52,7 +58,9 @@ HOOKS: Mapping[str, tuple[str, ...]] = MappingProxyType(
     {"INPUT": ("internet-in",), "FORWARD": ("internet-in", "internet-out"), "OUTPUT": ("internet-out",)}
 )
 CHAIN_PREFIX = "NODE-HEALTH-"
-_COUNT = re.compile(r"^(node-health-agent:internet-(?:in|out):count)(?::([0-9a-f]{8}))?$")
+KEY_HEX = 16  # length of a count rule's key (a generation is 8 hex digits: the two are told apart by length)
+# node-health-agent:<role>:count[:<key>][:<generation>]
+_COUNT = re.compile(r"^(node-health-agent:[a-z][a-z0-9-]*:count(?::[0-9a-f]{16})?)(?::([0-9a-f]{8}))?$")
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -93,10 +101,26 @@ def comment(direction: str, role: str, gen: str = "") -> str:
     return f"{COMMENT_PREFIX}{direction}:{role}" + (f":{gen}" if gen else "")
 
 
+@lru_cache(maxsize=8192)
 def generation(comment_text: str) -> str | None:
     """The generation of a count rule's comment ("" if it has none), None if it is not one."""
     m = _COUNT.match(comment_text)
     return None if m is None else (m.group(2) or "")
+
+
+@lru_cache(maxsize=8192)
+def count_key(comment_text: str) -> str:
+    """The key of a count rule's comment ("" for none, or when it is not a count rule)."""
+    m = _COUNT.match(comment_text)
+    if m is None or m.group(1).endswith(":count"):
+        return ""
+    return m.group(1).rsplit(":", 1)[1]
+
+
+def count_role(comment_text: str) -> str:
+    """The role of a count rule's comment (``internet-in``, ``pod-out``); "" if it is not one."""
+    m = _COUNT.match(comment_text)
+    return "" if m is None else m.group(1)[len(COMMENT_PREFIX):].split(":", 1)[0]
 
 
 def _strip_gen(text: str) -> str:
@@ -128,6 +152,11 @@ class SubChain:
     name: str  # NODE-HEALTH-…
     role: str  # its comments' middle part: node-health-agent:<role>:…
     rules: tuple[Spec, ...]
+    ordered: bool = True  # False: a set of rules, changed one by one (their order does not matter)
+
+    def __post_init__(self) -> None:
+        if not is_our_chain(self.name) or self.name in CHAINS.values() or self.direction not in CHAINS:
+            raise ValueError(f"sub-chain {self.name} hung from {self.direction}")
 
     def jump(self) -> Spec:
         return Spec(f"{COMMENT_PREFIX}{self.role}:jump", self.name)
@@ -138,6 +167,7 @@ class Desired:
     family: str
     chains: Mapping[str, tuple[Spec, ...]]  # our chain -> its rules, in order
     jumps: Mapping[str, tuple[Spec, ...]]  # built-in chain -> the jumps it must hold
+    unordered: frozenset[str] = frozenset()  # our chains whose rules are a set (SubChain.ordered False)
 
 
 def family_of(net: Network) -> str:
@@ -161,9 +191,12 @@ def desired(family: str, ranges: Iterable[Network], subs: Sequence[SubChain] = (
         hung = [sub.jump() for sub in subs if sub.direction == direction]
         chains[chain] = (lo, *internal, Spec(comment(direction, "count")), *hung)
     for sub in subs:
+        if sub.name in chains:
+            raise ValueError(f"sub-chain {sub.name} given twice or named as an internet chain")
         chains[sub.name] = sub.rules
     jumps = {hook: tuple(Spec(comment(d, "jump"), CHAINS[d]) for d in dirs) for hook, dirs in HOOKS.items()}
-    return Desired(family, MappingProxyType(chains), MappingProxyType(jumps))
+    unordered = frozenset(sub.name for sub in subs if not sub.ordered)
+    return Desired(family, MappingProxyType(chains), MappingProxyType(jumps), unordered)
 
 
 # ---------------------------------------------------------------- what we find
@@ -172,8 +205,10 @@ _OPTIONS = {"-s": "src", "-d": "dst", "-i": "iif", "-o": "oif", "-j": "target", 
 _TARGET_OPTIONS = frozenset({"--set-class"})  # options of the targets our rules use (CLASSIFY), after -j
 
 
+@lru_cache(maxsize=8192)
 def parse_spec(text: str) -> Spec | None:
-    """A rule's text after ``-A CHAIN`` as a Spec; None when it uses anything we never use."""
+    """A rule's text after ``-A CHAIN`` as a Spec; None when it uses anything we never use (cached: the same
+    rules are read back every run)."""
     toks = [decode(t) for t, _ in tokens(text.encode("utf-8", "surrogateescape"))]
     fields: dict[str, str] = {}
     opts: list[str] = []
@@ -232,6 +267,10 @@ class Current:
         found = [r for r in self.rules.get(CHAINS[direction], ()) if generation(r.comment) is not None]
         return found[0] if len(found) == 1 else None
 
+    def counted(self, chain: str) -> Iterable[IptRecord]:
+        """The count rules of `chain` (with a key or not)."""
+        return (r for r in self.rules.get(chain, ()) if generation(r.comment) is not None)
+
 
 # ---------------------------------------------------------------- the plan
 
@@ -248,13 +287,14 @@ class Doomed:
 @dataclass(frozen=True, slots=True)
 class Plan:
     rebuild: tuple[tuple[str, tuple[Spec, ...]], ...] = ()  # our chains to create or flush, then fill
-    delete: tuple[Doomed, ...] = ()  # rules of ours outside our chains
+    delete: tuple[Doomed, ...] = ()  # rules of ours to delete one by one (outside our chains, or in a set)
     insert: tuple[tuple[str, Spec], ...] = ()  # jumps to put at the top of their chain, in this order
     drop: tuple[str, ...] = ()  # our chains to flush and delete (after the deletes)
     notes: tuple[str, ...] = field(default=(), compare=False)  # why, for the log
+    append: tuple[tuple[str, Spec], ...] = ()  # rules to add at the end of a set chain of ours (after the deletes)
 
     def __bool__(self) -> bool:
-        return bool(self.rebuild or self.delete or self.insert or self.drop)
+        return bool(self.rebuild or self.delete or self.append or self.insert or self.drop)
 
     def rebuilt(self, chain: str) -> bool:
         return any(c == chain for c, _ in self.rebuild)
@@ -264,13 +304,22 @@ def plan_ensure(want: Desired, cur: Current, gen: str) -> Plan:
     """Changes that make `cur` hold exactly `want`; `gen` stamps rebuilt count rules."""
     notes: list[str] = []
     rebuild = []
+    delete: list[Doomed] = []
+    append: list[tuple[str, Spec]] = []
     for chain, specs in want.chains.items():
-        got = [parse_spec(r.rule) for r in cur.rules.get(chain, ())]
+        recs = cur.rules.get(chain, ())
+        if chain in want.unordered and chain in cur.chains and all(is_ours(r.comment) for r in recs):
+            gone, new = _set_diff(chain, specs, recs)
+            delete += gone
+            append += [(chain, _stamp(s, gen)) for s in new]
+            if gone or new:
+                notes.append(f"{chain}: {len(new)} rules to add, {len(gone)} to delete")
+            continue
+        got = [parse_spec(r.rule) for r in recs]
         if chain in cur.chains and _same(specs, got):
             continue
         notes.append(f"{chain} missing" if chain not in cur.chains else f"{chain} altered")
         rebuild.append((chain, tuple(_stamp(s, gen) for s in specs)))
-    delete: list[Doomed] = []
     insert: list[tuple[str, Spec]] = []
     for chain in sorted(set(want.jumps) | set(cur.rules)):
         if chain in want.chains or is_our_chain(chain):  # ours and unwanted: dropped whole below
@@ -288,7 +337,7 @@ def plan_ensure(want: Desired, cur: Current, gen: str) -> Plan:
         notes += [f"{chain} lacks {s.comment}" for s in missing]
     drop = _drop_order(c for c in cur.chains if c not in want.chains)
     notes += [f"{c} no longer wanted" for c in drop]
-    return Plan(tuple(rebuild), tuple(delete), tuple(insert), drop, tuple(notes))
+    return Plan(tuple(rebuild), tuple(delete), tuple(insert), drop, tuple(notes), tuple(append))
 
 
 def plan_remove(cur: Current) -> Plan:
@@ -309,6 +358,22 @@ def _drop_order(chains: Iterable[str]) -> tuple[str, ...]:
     """The internet chains (which jump to sub-chains) before the rest, so no chain is deleted while referenced."""
     main = set(CHAINS.values())
     return tuple(sorted(chains, key=lambda c: (c not in main, c)))
+
+
+def _set_diff(chain: str, specs: Sequence[Spec], recs: Sequence[IptRecord]) -> tuple[list[Doomed], list[Spec]]:
+    """A set chain's rules to delete (altered, duplicated, not wanted) and the wanted ones it lacks."""
+    left = {_unstamped(s): s for s in specs}
+    gone = []
+    for r in recs:
+        spec = parse_spec(r.rule)
+        if spec is None or left.pop(_unstamped(spec), None) is None:
+            gone.append(Doomed(chain, r.position, r.rule))
+    return gone, list(left.values())
+
+
+@lru_cache(maxsize=8192)
+def _unstamped(spec: Spec) -> Spec:
+    return replace(spec, comment=_strip_gen(spec.comment))
 
 
 def _same(want: Sequence[Spec], got: Sequence[Spec | None]) -> bool:

@@ -12,6 +12,8 @@ from typing import Literal
 from ..schema import CheckConfig, opt
 
 MAX_RANGES = 256
+MAX_STATIC = 1024
+_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,61}[a-z0-9])?$")  # a DNS label (dots allowed), as a pod name
 ANNOTATION = "node-health-agent/internet-egress-bandwidth"
 MIN_RATE, MAX_RATE = 8_000, 10**13  # bits per second: 8 kbit/s .. 10 Tbit/s (HTB's 64-bit rates)
 UNLIMITED = "unlimited"
@@ -103,6 +105,34 @@ def _network(value: str) -> str | None:
 
 
 @dataclass(frozen=True)
+class PodsSection:
+    enabled: bool = opt(
+        True, "Count each pod's internet traffic (one rule per pod address and direction; only counts, never "
+        "changes a packet's fate). Pods come from the cluster; without one, from `static`.",
+    )
+    static: Mapping[str, str] = opt(
+        MappingProxyType({}), 'Without a cluster: named networks counted as pods, e.g. { "build-farm" = '
+        '"192.168.50.0/24" } (exported with namespace "" and pod "build-farm"). Ignored where the agent has a cluster.',
+    )
+
+    def validate(self) -> tuple[str, str] | None:
+        if len(self.static) > MAX_STATIC:
+            return "static", f"expected at most {MAX_STATIC} entries, got {len(self.static)}"
+        nets: dict[str, ipaddress.IPv4Network | ipaddress.IPv6Network] = {}
+        for name, cidr in self.static.items():
+            if not _NAME.match(name):
+                return f"static.{name}", f'expected a name of lowercase letters, digits, "-" and "." (at most 63), got "{name}"'
+            if not isinstance(cidr, str) or (problem := _network(cidr)):
+                return f"static.{name}", problem or f"expected a network string, got {cidr!r}"
+            net = ipaddress.ip_network(cidr)
+            clash = next((n for n, other in nets.items() if other.version == net.version and other.overlaps(net)), None)
+            if clash:
+                return f"static.{name}", f'expected networks that do not overlap, got "{cidr}" overlapping "{clash}"'
+            nets[name] = net
+        return None
+
+
+@dataclass(frozen=True)
 class TrafficConfig(CheckConfig):
     enabled: bool = opt(True, "Run this check: it installs iptables mangle rules of its own on the host (they never change a packet's fate).")
     interval: float = opt(
@@ -132,6 +162,7 @@ class TrafficConfig(CheckConfig):
         "/run/cilium/cilium.sock",
         "Cilium agent API socket (host path), asked for its host routing mode where a cilium_host device exists.",
     )
+    pods: PodsSection = field(default_factory=PodsSection, metadata={"doc": "Per-pod internet accounting."})
     shaping: ShapingConfig = field(
         default_factory=ShapingConfig, metadata={"doc": "Opt-in internet-only egress shaping per pod."}
     )

@@ -18,7 +18,8 @@ has another generation.
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict, dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from ..statedir import Damaged, StateDir, StateFile, integer, obj
@@ -53,6 +54,11 @@ class Tally:
             self.base_bytes += self.bytes
         self.gen, self.packets, self.bytes = gen, packets, nbytes
         return reset
+
+    def as_json(self) -> dict[str, Any]:
+        """The saved form (what `dataclasses.asdict` gives, a tenth of its cost: a node with 110 pods saves ~450)."""
+        return {"gen": self.gen, "packets": self.packets, "bytes": self.bytes, "base_packets": self.base_packets,
+                "base_bytes": self.base_bytes}
 
     @classmethod
     def from_json(cls, raw: Any) -> Tally | None:
@@ -103,7 +109,16 @@ class Tallies:
                 self._written = self._json()
 
     def get(self, direction: str, family: str) -> Tally:
-        return self.tallies.setdefault(f"{direction}/{family}", Tally())
+        return self.named(f"{direction}/{family}")
+
+    def named(self, name: str) -> Tally:
+        """Any rule's tally by name (per-pod rules: `agent.traffic.perpod.tally_key`)."""
+        return self.tallies.setdefault(name, Tally())
+
+    def forget(self, names: Iterable[str]) -> None:
+        """Drop the tallies of rules that are gone for good (a pod that left the node)."""
+        for name in names:
+            self.tallies.pop(name, None)
 
     def repaired(self, family: str) -> None:
         self.repairs[family] = self.repairs.get(family, 0) + 1
@@ -111,7 +126,7 @@ class Tallies:
     def _json(self) -> dict[str, Any]:
         return {
             "version": VERSION,
-            "tallies": {k: asdict(v) for k, v in sorted(self.tallies.items())},
+            "tallies": {k: v.as_json() for k, v in sorted(self.tallies.items())},
             "repairs": dict(sorted(self.repairs.items())),
         }
 

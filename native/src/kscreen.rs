@@ -17,38 +17,54 @@ use crate::ffi::Out;
 use crate::scan::{find_byte, line_end};
 use crate::xid::find;
 
+/// The screen's entries, by the first byte of their prefix.
+pub struct Screen<'a> {
+    entries: Vec<(&'a [u8], &'a [u8])>,
+    by_first: Vec<Vec<usize>>,
+}
+
+impl<'a> Screen<'a> {
+    /// The screen written as `spec` (entries separated by 0x1e, `prefix` or `prefix 0x1f needle`).
+    pub fn new(spec: &'a [u8]) -> Self {
+        let mut entries: Vec<(&[u8], &[u8])> = Vec::new();
+        if !spec.is_empty() {
+            for e in spec.split(|&b| b == 0x1e) {
+                entries.push(match e.iter().position(|&b| b == 0x1f) {
+                    Some(k) => (&e[..k], &e[k + 1..]),
+                    None => (e, &b""[..]),
+                });
+            }
+        }
+        let mut by_first: Vec<Vec<usize>> = vec![Vec::new(); 256];
+        for (k, (prefix, _)) in entries.iter().enumerate() {
+            if let Some(&b) = prefix.first() {
+                by_first[b as usize].push(k);
+            }
+        }
+        Screen { entries, by_first }
+    }
+
+    /// The index of the first entry that accepts `msg`, if one does.
+    #[inline]
+    pub fn entry(&self, msg: &[u8]) -> Option<usize> {
+        let &b = msg.first()?;
+        self.by_first[b as usize].iter().copied().find(|&k| {
+            let (prefix, needle) = self.entries[k];
+            msg.starts_with(prefix) && (needle.is_empty() || find(&msg[prefix.len()..], needle).is_some())
+        })
+    }
+}
+
 pub fn parse(input: &[u8], out: &mut Out) {
     let Some(z) = find_byte(0, input) else { return };
-    let (spec, text) = (&input[..z], &input[z + 1..]);
-    let mut entries: Vec<(&[u8], &[u8])> = Vec::new();
-    if !spec.is_empty() {
-        for e in spec.split(|&b| b == 0x1e) {
-            entries.push(match e.iter().position(|&b| b == 0x1f) {
-                Some(k) => (&e[..k], &e[k + 1..]),
-                None => (e, &b""[..]),
-            });
-        }
-    }
-    let mut by_first: Vec<Vec<usize>> = vec![Vec::new(); 256];
-    for (k, (prefix, _)) in entries.iter().enumerate() {
-        if let Some(&b) = prefix.first() {
-            by_first[b as usize].push(k);
-        }
-    }
+    let (screen, text) = (Screen::new(&input[..z]), &input[z + 1..]);
     let (mut start, mut line) = (0usize, 0u64);
     while start <= text.len() {
         let end = line_end(text, start);
-        let msg = &text[start..end];
-        if let Some(&b) = msg.first() {
-            for &k in &by_first[b as usize] {
-                let (prefix, needle) = entries[k];
-                if msg.starts_with(prefix) && (needle.is_empty() || find(&msg[prefix.len()..], needle).is_some()) {
-                    out.num(line);
-                    out.num(k as u64);
-                    out.end_record();
-                    break;
-                }
-            }
+        if let Some(k) = screen.entry(&text[start..end]) {
+            out.num(line);
+            out.num(k as u64);
+            out.end_record();
         }
         start = end + 1;
         line += 1;

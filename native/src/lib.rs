@@ -14,6 +14,7 @@ pub mod text;
 
 pub mod diskstats;
 pub mod iptsave;
+pub mod kbatch;
 pub mod kscreen;
 pub mod mountinfo;
 pub mod netdev;

@@ -5,6 +5,8 @@ and reboots; the one-shot scan of `agent selftest`."""
 from __future__ import annotations
 
 import logging
+import os
+import time
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -186,3 +188,33 @@ def test_selftest_scans_the_current_boot_once(gpu_context, scenario, host, log: 
     obs = GpuCheck(ctx, cfg).run()
     assert {(f.subject, f.reason) for f in obs.findings} == {("gpu0", "Xid79"), ("gpu0", "Xid13")}
     assert "2 kernel log records" in obs.subjects["kmsg"]
+
+
+XID119 = "NVRM: Xid (PCI:0000:18:00): 119, pid=2231, name=python3, Timeout after 6s of waiting for RPC response from GPU0 GSP!"
+XID119_GPU1 = XID119.replace("0000:18:00", "0000:28:00")
+
+
+def test_a_verified_reset_clears_that_gpus_reset_xids_for_good_until_a_new_one(start, scenario, log: Log, gpu_context) -> None:
+    """The ladder tells through agent.gpu.resets (a state file and a listener): that GPU's reset_gpu
+    finding goes at once, stays gone across a restart (the backlog read again), and a new Xid counts."""
+    from agent.gpu import resets
+    from agent.statedir import StateDir, boot_id
+
+    scenario.set([])
+    src, out = start()
+    log.add(XID119)
+    log.add(XID119_GPU1)
+    log.add(XID79)
+    out.wait(lambda o: {("gpu0", "Xid119"), ("gpu1", "Xid119"), ("gpu0", "Xid79")} <= set(o.active()))
+    ctx, _ = gpu_context()
+    resets.record(StateDir(ctx.state_dir), boot_id(ctx.paths), "GPU-x", pci="00000000:18:00.0", gpu="0", at=time.monotonic())
+    out.wait(lambda o: ("gpu0", "Xid119") not in o.active())
+    assert set(out.active()) == {("gpu1", "Xid119"), ("gpu0", "Xid79")}, "only that GPU, only reset_gpu findings"
+    src.stop()
+    os.unlink(src.state.file("xid-stream.json"))  # even with the stream state lost: the backlog is read again
+    _, out2 = start()
+    out2.wait(lambda o: o.value("node_health_kmsg_records_read_total") == 3)
+    assert set(out2.active()) == {("gpu1", "Xid119"), ("gpu0", "Xid79")}, "a restart does not bring it back"
+    log.add(XID119)
+    out2.wait(lambda o: ("gpu0", "Xid119") in o.active())
+    assert out2.value("node_health_gpu_xid_errors_total", gpu="0", xid="119") == 2

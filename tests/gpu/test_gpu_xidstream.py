@@ -286,3 +286,37 @@ def test_a_source_matches_the_oldest_sighting_still_in_the_window() -> None:
         c.now = 1000.0 + at
         s.add(ev(c, src, 13))
     assert xid_count(s, "13") == 2  # 7 s took the line of 0 s, 12 s the line of 6 s
+
+
+def test_a_verified_reset_ends_that_gpus_reset_gpu_findings_from_before_it() -> None:
+    c = Clock()
+    s = stream(c)
+    s.add(ev(c, "kmsg", 119))  # reset_gpu
+    s.add(ev(c, "kmsg", 79))  # reboot: a reset does not cure it
+    s.add(ev(c, "kmsg", 119, pci="0000:5e:00"))  # another GPU's
+    c.now += 5
+    assert s.forget_reset("gpu3", c.now) == ["Xid119"]
+    assert active(s) == {("gpu3", "Xid79"): Severity.CRITICAL, ("pci-0000:5e:00", "Xid119"): Severity.CRITICAL}
+    c.now += 20  # past the dedupe window: a new Xid, not the one before the reset seen again
+    s.add(ev(c, "kmsg", 119))
+    assert ("gpu3", "Xid119") in active(s), "an Xid after the reset counts again"
+    assert s.forget_reset("gpu3", c.now - 1) == [], "a reset before its last event did not cure it"
+    assert xid_count(s, "119") == 2
+
+
+def test_the_latest_event_time_is_saved_and_an_older_file_still_loads() -> None:
+    from agent.gpu.xid_tracker import check_saved
+
+    c = Clock()
+    s = stream(c)
+    s.add(ev(c, "kmsg", 119))
+    saved = check_saved(s.to_json())
+    again = stream(c)
+    again.load_json(saved)
+    c.now += 1
+    assert again.forget_reset("gpu3", c.now - 2) == [] and again.forget_reset("gpu3", c.now) == ["Xid119"]
+    old = s.to_json()
+    old["active"] = [row[:7] for row in old["active"]]  # written before the latest event time was kept
+    older = stream(c)
+    older.load_json(check_saved(old))
+    assert older.forget_reset("gpu3", c.now) == ["Xid119"]

@@ -116,7 +116,7 @@ def test_config_names_match_the_cluster_objects() -> None:
         ("coordination.k8s.io", "leases", "get", "node-health-budget"),
         ("coordination.k8s.io", "leases", "delete", "node-health-budget"),
         ("", "resourcequotas", "get", "node-health-budget"),
-        ("", "pods", "list", ""), ("", "pods/eviction", "create", ""),
+        ("", "pods", "list", ""), ("", "pods", "watch", ""), ("", "pods/eviction", "create", ""),
         ("coordination.k8s.io", "leases", "create", "node-health-disruption"),
         ("coordination.k8s.io", "leases", "get", "node-health-disruption"),
         ("coordination.k8s.io", "leases", "delete", "node-health-disruption"),
@@ -129,11 +129,12 @@ def test_rbac_grants_each_call_the_agent_makes(group: str, resource: str, verb: 
     assert any(group in r["apiGroups"] and resource in r["resources"] and verb in r["verbs"] for r in rules)
 
 
-def test_rbac_for_pods_is_list_and_evict_only() -> None:
-    """No get/watch (the drain lists with its field selector), no delete unless the timeout policy deletes."""
+def test_rbac_for_pods_is_list_watch_and_evict_only() -> None:
+    """No get (the pod watch and the drain read with the node's field selector), no delete unless the timeout
+    policy deletes."""
     verbs = {(res, v) for d in docs() for r in d.get("rules", []) for res in r["resources"] if res.startswith("pods")
              for v in r["verbs"]}
-    assert verbs == {("pods", "list"), ("pods/eviction", "create")}
+    assert verbs == {("pods", "list"), ("pods", "watch"), ("pods/eviction", "create")}
     assert agent_config().kubernetes.drain.deletes is False
 
 

@@ -315,8 +315,8 @@ def test_drain_delete_rbac_only_when_asked() -> None:
         (rule,) = [r for d in docs if d["kind"] == "ClusterRole" for r in d["rules"] if r["resources"] == ["pods"]]
         return list(rule["verbs"])
 
-    assert pod_verbs(helm_()) == ["list"]
-    assert pod_verbs(helm_({"drain": {"allowDelete": True}})) == ["list", "delete"]
+    assert pod_verbs(helm_()) == ["list", "watch"]
+    assert pod_verbs(helm_({"drain": {"allowDelete": True}})) == ["list", "watch", "delete"]
 
 
 def test_never_drained_namespaces_follow_the_config_and_the_release() -> None:

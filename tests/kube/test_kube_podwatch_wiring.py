@@ -108,11 +108,13 @@ def test_the_watch_runs_while_a_check_needs_it_and_is_rebuilt_on_reload(
     wait_for(lambda: [p.name for p in first.pods() or ()] == ["a"])
     wait_for(lambda: len(pod_watches(fake)) == 1)
     assert ("pods", "PodsUnknown") in tuple(d.kube.source.known_findings())
+    wait_for(lambda: [p["metadata"]["name"] for p in d.kube.watched_pods() or ()] == ["a"], what="the drain's view")
 
     reload(d, tmp_path, config(tmp_path, disk=False))  # the one check that read pods is off: the watch stops
     assert d.pods is None and d.kube.pod_watch is None and first._thread is not None and not first._thread.is_alive()
     wait_for(lambda: not pod_watches(fake), what="the watch closed on the server")
     assert ("pods", "PodsUnknown") not in tuple(d.kube.source.known_findings())
+    assert d.kube.watched_pods() is None  # the drain lists for itself
 
     reload(d, tmp_path, config(tmp_path))  # on again: a new watch, handed to the rebuilt check
     second = d.pods

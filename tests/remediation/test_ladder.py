@@ -75,8 +75,42 @@ def test_reset_gpu_with_a_process_drains_only_its_pod_then_resets_that_uuid(tmp_
     ladder.tick(faults)
     assert ("reset_gpu", "GPU-aaaa") in host.calls and ("verify", "GPU-aaaa") in host.calls
     assert host.count("reboot") == 0 and ladder.step == "idle" and not cluster.held
-    ladder.tick(faults)  # the Xid finding stands until the next boot: it was handled, no second reset
+    ladder.tick(faults)  # a finding that still stands after the verified reset: handled, no second reset
     assert host.count("reset_gpu") == 1 and cluster.count("claim") == 1
+
+
+def test_a_verified_reset_is_told_to_the_gpu_feature_and_a_fault_back_after_it_escalates(tmp_path):
+    """The reset is recorded for agent.gpu (by UUID, PCI address and the time it finished), which drops
+    that GPU's reset_gpu Xid findings; the same fault back in this boot means the reset did not cure it."""
+    from agent.gpu import resets
+    from agent.statedir import StateDir
+
+    cfg, clock = enforce(), Clock()
+    cluster, host = FakeCluster(), FakeHost(cfg)
+    told = []
+    resets.listen(str(tmp_path), told.append)
+    try:
+        ladder = make(tmp_path, cfg, cluster=cluster, host=host, clock=clock, users=Users({"GPU-aaaa": frozenset({"uid-a"})}))
+        ladder.tick(fault_list(RESET))
+    finally:
+        resets.unlisten(str(tmp_path), told.append)
+    assert told == [resets.Reset("GPU-aaaa", "0000:18:00", "0", clock.t)]
+    assert resets.load(StateDir(str(tmp_path)), "boot-1") == told and resets.load(StateDir(str(tmp_path)), "boot-2") == []
+    ladder.tick([])  # the Xid stream dropped the finding: released
+    assert ladder.step == "idle" and host.count("reboot") == 0
+    clock.t += 60
+    ladder.tick(fault_list(RESET))  # the same Xid again, after the reset
+    assert host.count("reset_gpu") == 1 and host.count("reboot") == 1, "not a second reset: a reboot"
+    assert "RemediationEscalated" in [e[0] for e in cluster.events]
+    host.booted("boot-2")
+    host.up = 99_999.0
+    clock.t += 86_400
+    ladder.tick([])
+    clock.t += 601  # settled: the reboot cured it
+    ladder.tick([])
+    assert ladder.step == "idle"
+    ladder.tick(fault_list(RESET))  # in another boot a reset fault is a reset fault again
+    assert host.count("reset_gpu") == 2
 
 
 @pytest.mark.parametrize("failing", ["reset", "verify"])
@@ -199,13 +233,15 @@ def test_min_uptime_and_the_daily_cap_hold_a_reboot(tmp_path):
     assert host.count("reboot") == 2
 
 
-def test_no_slot_means_waiting_with_a_finding_and_an_event(tmp_path):
+def test_no_slot_means_waiting_with_one_finding_one_event_one_metric(tmp_path):
     cluster = FakeCluster(slots=0)
     ladder = make(tmp_path, enforce(), cluster=cluster)
     ladder.tick(fault_list(REBOOT))
     ladder.tick(fault_list(REBOOT))
     assert cluster.count("drain") == 0 and [f.reason for f in ladder.findings()] == ["DisruptionSlotWaiting"]
+    assert "held by other nodes (fake)" in ladder.findings()[0].message, "the cluster side's reason is in it"
     assert [e[0] for e in cluster.events] == ["DisruptionSlotWaiting"]
+    assert [dict(s.labels) for s in ladder.samples() if s.name == "node_health_remediation_waiting"] == [{"on": "slot"}]
     cluster.slots = 1
     ladder.tick(fault_list(REBOOT))
     assert cluster.count("drain") == 1

@@ -163,3 +163,22 @@ def test_the_same_fault_after_two_reboots_retires_the_node_on_the_cluster(fake: 
         assert len(node.bins.calls("systemctl")) == 2, "no third reboot"
     finally:
         assert a.stop() == 0, a.logs()
+
+
+def test_waiting_for_a_slot_is_one_finding_one_event_one_metric(fake: FakeApiServer, tmp_path: Path) -> None:
+    node = Node(fake, tmp_path)
+    fake.set_quota(DISRUPTION_NS, DISRUPTION_QUOTA, 0)  # every slot held elsewhere
+    a = node.agent(ENFORCE)
+    try:
+        a.wait_ready()
+        a.poll(lambda _: a.value("node_health_remediation_waiting", on="slot") == 1, timeout=60, what="waiting on a slot")
+        a.poll(lambda _: a.value("node_health_finding", check="remediation", subject="slot", reason="DisruptionSlotWaiting",
+                                 severity="warning") == 1, what="the one finding")
+        text = a.text()
+        assert "DisruptionBudgetExhausted" not in text and "DisruptionBudgetMissing" not in text
+        assert "node_health_kube_disruption_budget" not in text
+        wait_for(lambda: [e["reason"] for e in fake.events() if "Disruption" in e.get("reason", "")] == ["DisruptionSlotWaiting"],
+                 what="one event")
+        assert evictions(fake) == [] and node.bins.calls() == []
+    finally:
+        assert a.stop() == 0, a.logs()

@@ -151,3 +151,79 @@ def test_unretire_while_the_agent_holds_the_state_dir_exits_3(tmp_path):
     p = subprocess.run([sys.executable, "-m", "agent", "remediation", "unretire", "--state-dir", str(tmp_path)],
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 3 and "lock" in p.stderr
+
+
+# ---------------------------------------------------------------- standing time across restarts
+
+REBOOT10 = finding("XidCritical79", "reboot")
+DIAG = finding("NvLinkDown", "drain_and_diagnose")
+
+
+def restarted(tmp_path, cfg, cluster, clock, host=None):
+    """A new agent process: a new ladder on the same state dir, nothing in memory."""
+    return make(tmp_path, cfg, cluster=cluster, clock=clock, host=host)
+
+
+def test_a_restart_does_not_start_the_standing_time_again(tmp_path):
+    cfg, clock, cluster = enforce(reboot_after="10m"), Clock(), FakeCluster()
+    make(tmp_path, cfg, cluster=cluster, clock=clock).tick(fault_list(REBOOT10))
+    clock.t += 300
+    ladder = restarted(tmp_path, cfg, cluster, clock)
+    ladder.tick(fault_list(REBOOT10))
+    assert cluster.count("claim") == 0
+    clock.t += 299
+    ladder.tick(fault_list(REBOOT10))
+    assert cluster.count("claim") == 0, "not sooner than 10 minutes after it was first seen"
+    clock.t += 1
+    restarted(tmp_path, cfg, cluster, clock).tick(fault_list(REBOOT10))
+    assert cluster.count("claim") == 1, "10 minutes after it was first seen, across two restarts"
+
+
+def test_a_fault_not_reported_yet_after_a_start_keeps_its_time_for_a_while(tmp_path):
+    cfg, clock, cluster = enforce(drain_after="10m"), Clock(), FakeCluster()
+    make(tmp_path, cfg, cluster=cluster, clock=clock).tick(fault_list(DIAG))
+    clock.t += 590
+    ladder = restarted(tmp_path, cfg, cluster, clock)
+    ladder.tick([])  # the first snapshot after the start: the check that reports it has not run yet
+    clock.t += 10
+    ladder.tick(fault_list(DIAG))
+    assert cluster.count("claim") == 1
+    cluster2, clock2 = FakeCluster(), Clock()
+    make(tmp_path / "gone", cfg, cluster=cluster2, clock=clock2).tick(fault_list(DIAG))
+    ladder = restarted(tmp_path / "gone", cfg, cluster2, clock2)
+    clock2.t += 300
+    ladder.tick([])
+    clock2.t += 150
+    ladder.tick([])  # still not reported after the start-up grace: it cleared, forgotten
+    clock2.t += 150
+    ladder.tick(fault_list(DIAG))
+    clock2.t += 599
+    ladder.tick(fault_list(DIAG))
+    assert cluster2.count("claim") == 0, "back after it cleared: its wait starts again"
+
+
+@pytest.mark.parametrize("damage", ["missing", "corrupt", "clock set back", "another boot"])
+def test_a_lost_or_doubtful_standing_time_restarts_the_wait(tmp_path, damage):
+    cfg, clock, cluster = enforce(drain_after="10m"), Clock(), FakeCluster()
+    host = FakeHost(cfg)
+    make(tmp_path, cfg, cluster=cluster, clock=clock, host=host).tick(fault_list(DIAG))
+    record = tmp_path / "remediation.json"
+    if damage == "missing":
+        record.unlink()
+    elif damage == "corrupt":
+        record.write_text(record.read_text()[:20])
+    elif damage == "clock set back":
+        clock.t -= 3600  # the record's time is ahead of the clock now
+    else:
+        host.booted("boot-2")
+        host.up = 99_999.0
+    clock.t += 600
+    ladder = restarted(tmp_path, cfg, cluster, clock, host)
+    ladder.tick(fault_list(DIAG))
+    assert cluster.count("claim") == 0, "never a disruptive step on a lost or doubtful standing time"
+    clock.t += 599
+    ladder.tick(fault_list(DIAG))
+    assert cluster.count("claim") == 0
+    clock.t += 1
+    ladder.tick(fault_list(DIAG))
+    assert cluster.count("claim") == 1, "the wait started again at the restart"

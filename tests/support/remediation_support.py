@@ -143,6 +143,9 @@ class FakeCluster:
             return True
         return False
 
+    def slot_wait(self) -> str:
+        return "" if self.held else "every slot is held by other nodes (fake)"
+
     def release_slot(self, now: float) -> None:
         self.calls.append(("release",))
         if self.held:
@@ -178,8 +181,8 @@ def finding(reason: str, action: str, subject: str = "gpu0", check: str = "gpu",
     return Finding(check, subject, reason, Severity.CRITICAL, f"{reason} on {subject}", unknown=unknown, action=action)
 
 
-GPU_INFO = (Sample("node_health_gpu_info", 1, (("gpu", "0"), ("uuid", "GPU-aaaa")),),
-            Sample("node_health_gpu_info", 1, (("gpu", "1"), ("uuid", "GPU-bbbb")),))
+GPU_INFO = (Sample("node_health_gpu_info", 1, (("gpu", "0"), ("pci_bus_id", "00000000:18:00.0"), ("uuid", "GPU-aaaa")),),
+            Sample("node_health_gpu_info", 1, (("gpu", "1"), ("pci_bus_id", "00000000:28:00.0"), ("uuid", "GPU-bbbb")),))
 
 
 def fault_list(*fs: Finding, samples: Iterable[Sample] = GPU_INFO) -> list[Fault]:
@@ -188,13 +191,15 @@ def fault_list(*fs: Finding, samples: Iterable[Sample] = GPU_INFO) -> list[Fault
 
 def make(tmp: Any, cfg: RemediationSection, *, cluster: FakeCluster | None = None, host: FakeHost | None = None,
          users: Users | None = None, clock: Clock | None = None, dry_run: bool = False) -> Ladder:
+    """A ladder on the state dir `tmp`; its monotonic clock is `clock` too (one clock the test moves)."""
     state = StateDir(str(tmp))
     state.ensure()
     host = host or FakeHost(cfg)
     if users is not None and users.host is None:
         users.host = host
+    clock = clock or Clock()
     return Ladder(cfg, state, host, cluster if cluster is not None else FakeCluster(),
-                  catalog=CATALOG, users=users, dry_run=dry_run, clock=clock or Clock())
+                  catalog=CATALOG, users=users, dry_run=dry_run, clock=clock, mono=clock)
 
 
 def value(ladder: Ladder, name: str, **labels: str) -> float | None:

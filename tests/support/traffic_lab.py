@@ -30,7 +30,7 @@ from conftest import require_tool
 CLONE_NEWNET = 0x40000000
 _libc = ctypes.CDLL(None, use_errno=True)
 REPO = Path(__file__).resolve().parent.parent.parent
-OUR_LINE = re.compile(r"node-health-agent:|NODE-HEALTH-INTERNET-")
+OUR_LINE = re.compile(r"node-health-agent:|NODE-HEALTH-")
 
 
 def _ip(*args: str) -> None:
@@ -54,8 +54,8 @@ class Netns:
     def agent(self, *args: str, check: bool = True, prefix: Sequence[str] = ()) -> subprocess.CompletedProcess[str]:
         return self.run(sys.executable, "-m", "agent", *args, check=check, prefix=prefix)
 
-    def socket(self, family: int = socket.AF_INET) -> socket.socket:
-        """A TCP socket that lives in this namespace."""
+    def socket(self, family: int = socket.AF_INET, kind: int = socket.SOCK_STREAM) -> socket.socket:
+        """A socket (TCP unless told) that lives in this namespace."""
         out: dict[str, object] = {}
 
         def enter() -> None:
@@ -63,7 +63,7 @@ class Netns:
             try:
                 if _libc.setns(fd, CLONE_NEWNET) != 0:
                     raise OSError(ctypes.get_errno(), "setns")
-                out["sock"] = socket.socket(family, socket.SOCK_STREAM)
+                out["sock"] = socket.socket(family, kind)
             except BaseException as exc:  # noqa: BLE001 - handed to the caller
                 out["err"] = exc
             finally:
@@ -97,14 +97,15 @@ def namespaces(*roles: str) -> Iterator[dict[str, Netns]]:
             subprocess.run(["ip", "netns", "del", ns.name], capture_output=True, timeout=30, check=False)
 
 
-def link(a: Netns, a_addr: str, b: Netns, b_addr: str) -> None:
-    """A veth pair between two namespaces with one address (CIDR) on each end."""
+def link(a: Netns, a_addr: str, b: Netns, b_addr: str) -> tuple[str, str]:
+    """A veth pair between two namespaces with one address (CIDR) on each end; (a's device, b's device)."""
     tag = secrets.token_hex(4)
     ea, eb = f"va{tag}", f"vb{tag}"
     _ip("link", "add", ea, "netns", a.name, "type", "veth", "peer", "name", eb, "netns", b.name)
     for ns, dev, addr in ((a, ea, a_addr), (b, eb, b_addr)):
         ns.run("ip", "addr", "add", addr, "dev", dev)
         ns.run("ip", "link", "set", dev, "up")
+    return ea, eb
 
 
 @dataclass
@@ -133,6 +134,45 @@ def lab() -> Iterator[Lab]:
         ns["internet"].run("ip", "route", "add", "10.88.0.0/24", "via", "198.51.100.1")
         ns["node"].run("sysctl", "-qw", "net.ipv4.ip_forward=1")
         yield Lab(ns)
+
+
+@dataclass
+class PodLab(Lab):
+    """`Lab` with pods: pod<i> (i = 0, 1, ...) at 10.88.<i+1>.2, each behind its own veth pair that the node
+    routes (the routed CNI style: Calico, Azure's VMSS/native networking, AWS VPC CNI)."""
+
+    devs: dict[str, str] = field(default_factory=dict)  # pod -> its end of the veth pair, inside the pod
+
+    def pod_addr(self, pod: str) -> str:
+        return self.addr[pod]
+
+    def l3_bytes(self, pod: str) -> tuple[int, int]:
+        """(received, sent) IP bytes on the pod's device so far: the interface's bytes less 14 bytes of Ethernet
+        header per frame (an independent witness of what netfilter should have counted)."""
+        def stat(name: str) -> int:
+            return int(self.ns[pod].run("cat", f"/sys/class/net/{self.devs[pod]}/statistics/{name}").stdout)
+
+        return (stat("rx_bytes") - 14 * stat("rx_packets"), stat("tx_bytes") - 14 * stat("tx_packets"))
+
+
+@contextlib.contextmanager
+def pod_lab(pods: int = 3) -> Iterator[PodLab]:
+    """A node namespace routing for `pods` pod namespaces, a cluster peer (10.77.0.2, inside 10.0.0.0/8) and an
+    internet peer (198.51.100.2, outside it)."""
+    names = [f"pod{i}" for i in range(pods)]
+    with namespaces("node", "cluster", "internet", *names) as ns:
+        link(ns["node"], "10.77.0.1/24", ns["cluster"], "10.77.0.2/24")
+        link(ns["node"], "198.51.100.1/24", ns["internet"], "198.51.100.2/24")
+        L = PodLab(ns, addr={"cluster": "10.77.0.2", "internet": "198.51.100.2"})
+        for i, name in enumerate(names):
+            net = f"10.88.{i + 1}"
+            L.devs[name], _ = link(ns[name], f"{net}.2/24", ns["node"], f"{net}.1/24")
+            L.addr[name] = f"{net}.2"
+            ns[name].run("ip", "route", "add", "default", "via", f"{net}.1")
+        for peer, via in (("cluster", "10.77.0.1"), ("internet", "198.51.100.1")):
+            ns[peer].run("ip", "route", "add", "10.88.0.0/16", "via", via)
+        ns["node"].run("sysctl", "-qw", "net.ipv4.ip_forward=1")
+        yield L
 
 
 def send(src: Netns, dst: Netns, dst_addr: str, nbytes: int) -> None:
@@ -164,6 +204,33 @@ def send(src: Netns, dst: Netns, dst_addr: str, nbytes: int) -> None:
         cli.shutdown(socket.SHUT_WR)
         t.join(30)
     assert got == [nbytes], f"received {got}, sent {nbytes}"
+
+
+@contextlib.contextmanager
+def steady(src: Netns, dst: Netns, dst_addr: str, piece: int = 4_000_000) -> Iterator[list[int]]:
+    """Load: `piece`-byte TCP transfers from src to dst one after another until the block ends; yields the
+    list of completed transfers' sizes (grows while the block runs)."""
+    done: list[int] = []
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def loop() -> None:
+        try:
+            while not stop.is_set():
+                send(src, dst, dst_addr, piece)
+                done.append(piece)
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the test's thread
+            errors.append(exc)
+
+    t = threading.Thread(target=loop)
+    t.start()
+    try:
+        yield done
+    finally:
+        stop.set()
+        t.join(60)
+    if errors:
+        raise errors[0]
 
 
 def without_ours(dump: str) -> list[str]:

@@ -38,7 +38,7 @@ def test_install_is_idempotent(node: Netns, backend: str) -> None:
     first = node.agent("rules", "install", "--backend", backend)
     assert "ipv4: installed" in first.stdout
     installed = dumps(node, backend)
-    assert len(ours(node, backend)) == 12  # 2 chains, 4 jumps, 2 x (loopback, internal, count)
+    assert len(ours(node, backend)) == 16  # 4 chains (internet, pod), 4 jumps, 2 x (loopback, internal, count, pod jump)
     again = node.agent("rules", "install", "--backend", backend)
     assert "ipv4: already in place" in again.stdout
     assert dumps(node, backend) == installed  # same rules, same generation: counters keep counting
@@ -61,7 +61,7 @@ def test_foreign_rules_untouched_by_install_repair_remove(node: Netns, backend: 
     repaired = node.agent("rules", "install", "--backend", backend)
     assert "ipv4: repaired" in repaired.stdout
     assert without_ours(dumps(node, backend)) == theirs
-    assert len(ours(node, backend)) == 12
+    assert len(ours(node, backend)) == 16
 
     node.agent("rules", "remove", "--backend", backend)
     assert without_ours(dumps(node, backend)) == theirs
@@ -87,7 +87,7 @@ def test_never_in_both_backends(node: Netns) -> None:
     node.agent("rules", "install", "--backend", "legacy")
     res = node.agent("rules", "install", "--backend", "nft")
     assert "removed the rules of ours from iptables-legacy ipv4" in res.stdout
-    assert ours(node, "legacy") == [] and len(ours(node, "nft")) == 12
+    assert ours(node, "legacy") == [] and len(ours(node, "nft")) == 16
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
