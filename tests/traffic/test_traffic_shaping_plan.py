@@ -113,11 +113,13 @@ def test_subchain_hung_and_dropped() -> None:
     assert plan_remove(have).drop == ("NODE-HEALTH-INTERNET-IN", "NODE-HEALTH-INTERNET-OUT", CHAIN)
 
 
-def test_the_pod_watch_is_wanted_only_with_shaping_on() -> None:
+def test_shaping_wants_the_pod_watch() -> None:
+    """With per-pod accounting off, shaping alone decides whether the traffic check reads pods."""
     from agent.registry import CHECKS
-    from agent.traffic.settings import TrafficConfig
+    from agent.traffic.settings import PodsSection, TrafficConfig
 
     needs = CHECKS["traffic"].needs_pods
     assert needs is not None
-    assert needs(TrafficConfig()) is False
-    assert needs(TrafficConfig(shaping=ShapingConfig(enabled=True))) is True
+    off = PodsSection(enabled=False)
+    assert needs(TrafficConfig(pods=off)) is False
+    assert needs(TrafficConfig(pods=off, shaping=ShapingConfig(enabled=True))) is True
