@@ -234,10 +234,19 @@ def summarize(fake: Any, nodes: int, budget: int, handled: int, done_at: float, 
     per_s_all = collections.Counter(int(r.t) for r in fake.requests)
     left = sum(1 for p in fake.objects("", "pods") if p["metadata"]["namespace"] != "monitoring"
                and p["spec"]["nodeName"] != "spare-node")
+    claimed, held = {}, []  # from the log: when each node's Lease was created, and how long it was held
+    for r in fake.log(verbs=("create", "delete")):
+        if f"/namespaces/{DISRUPTION_NS}/leases" in r.path and r.status < 300:
+            if r.verb == "create":
+                claimed[r.body["metadata"]["name"]] = r.t
+            else:
+                held.append(r.t - claimed.pop(r.path.rsplit("/", 1)[1]))
     return {
         "nodes": nodes, "budget": budget, "max_slots_held": peak, "slots_held_at_end": fake.cluster.leases_in(DISRUPTION_NS),
         "handled": handled, "evictable_pods_left": left,
         "every_node_handled_after_s": round(done_at, 1), "requests_per_node": round(len(fake.requests) / nodes, 1),
+        "slot_held_s_median": round(sorted(held)[len(held) // 2], 1) if held else 0.0,
+        "slots_in_use": round(sum(held) / (budget * done_at), 3) if done_at else 0.0,  # of budget × time
         "evictions_201": sum(per_s.values()), "evictions_429_pdb": sum(1 for r in evictions if r.status == 429),
         "peak_evictions_per_s": max(per_s.values(), default=0),
         "requests": len(fake.requests), "requests_429": sum(1 for r in fake.requests if r.status == 429),

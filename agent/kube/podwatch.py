@@ -226,7 +226,7 @@ class PodWatch:
             self._pods, self._rv, self._listed, self._heard_at = pods, rv, True, self.clock()
             self._generation += 1 if changed else 0
             self._freshness(self.clock())
-        self.relists[reason] += 1
+            self.relists[reason] += 1
         self._relist_reason = "expired"
         if reason != "initial":
             log.info("pods of node %s listed again (%s): %d pods", self.node, reason, len(pods))

@@ -96,6 +96,7 @@ class Keeper:
                     self._datapath(b)
                 self._forget_pods()
         finally:
+            self.shaper.close()
             self._export(b)
             if not self.dry_run:
                 try:

@@ -65,7 +65,9 @@ class Shaper:
         self.wanted: list[Limit] = []
         self.devices: dict[str, _Device] = {}
         self.leaf = ""  # leaf kind the kernel took last
+        self.reported: set[str] = set()
         self.errors = ErrorLog(log, "shaping")
+        self._tc: Tc | None = None  # one netlink socket from begin to end of a run
 
     @property
     def enabled(self) -> bool:
@@ -81,6 +83,7 @@ class Shaper:
         disabled: then the keeper removes the chain)."""
         if self.roots is None:
             self.roots = self._load()
+        self.reported = set()  # subjects with a TrafficShapingNotInstalled finding this run
         if not self.enabled:
             return {}
         if self.minors is None:
@@ -110,30 +113,41 @@ class Shaper:
             if self.roots and not self.dry_run:
                 self._give_back_all()
             return
-        self._devices(b, add=False)
+        try:
+            self._devices(b, add=False)
+        finally:
+            self.close()
         self._export(b)
 
     # ------------------------------------------------------------ tc
 
+    def close(self) -> None:
+        """Close the run's netlink socket (begin opens it, end closes it; the keeper calls this in any case)."""
+        if self._tc is not None:
+            tc, self._tc = self._tc, None
+            tc.__exit__(None, None, None)
+
     def _devices(self, b: ObservationBuilder, *, add: bool) -> None:
         assert self.roots is not None and self.minors is not None
         try:
-            with Tc() as tc:
-                names = list(self.cfg.interfaces) or tc.default_route_devices()
-                if not names and self.wanted:
-                    self._problem(b, SUBJECT, "no default route and no shaping.interfaces configured: "
-                                  "nothing to shape on")
-                    return
-                for gone in [n for n in self.roots if n not in names]:
-                    if not add and not self.dry_run:
-                        self._give_back(tc, gone)
-                self.devices = {n: self.devices.get(n) or _Device(n) for n in names}
-                for dev in self.devices.values():
-                    try:
-                        self._device(tc, dev, add=add)
-                        dev.problem = ""
-                    except TcError as exc:
-                        dev.problem = str(exc)
+            if self._tc is None:
+                self._tc = Tc()
+            tc = self._tc
+            names = list(self.cfg.interfaces) or tc.default_route_devices()
+            if not names and self.wanted:
+                self._problem(b, SUBJECT, "no default route and no shaping.interfaces configured: "
+                              "nothing to shape on")
+                return
+            for gone in [n for n in self.roots if n not in names]:
+                if not add and not self.dry_run:
+                    self._give_back(tc, gone)
+            self.devices = {n: self.devices.get(n) or _Device(n) for n in names}
+            for dev in self.devices.values():
+                try:
+                    self._device(tc, dev, add=add)
+                    dev.problem = ""
+                except TcError as exc:
+                    dev.problem = str(exc)
         except TcError as exc:
             self._problem(b, SUBJECT, str(exc))
             return
@@ -150,7 +164,12 @@ class Shaper:
         index = tc.index(dev.name)
         if index is None:
             raise TcError(f"no interface {dev.name} on this host")
-        state = tc.read(index, self.major)
+        if add:
+            dev.state = None
+        if not add and dev.state is not None and dev.state.index == index:
+            state = dev.state  # as begin left it: only our rules changed since
+        else:
+            state = tc.read(index, self.major)
         dev.state, dev.stats = state, dict(state.classes)
         if not self.leaf:  # after a restart: the leaf kind our classes already have
             self.leaf = next((c.leaf for c in state.classes.values() if c.leaf), "")
@@ -169,6 +188,7 @@ class Shaper:
                 log.info("shaping: took over the root qdisc of %s (was the kernel's %s)", dev.name,
                          state.root.kind if state.root else "none")
                 state = tc.read(index, self.major)
+            changed = False
             for minor, lim in sorted(wanted.items()):
                 have = state.classes.get(minor)
                 if have is not None and have.rate == have.ceil == _rounded(lim.bits) and (have.leaf or not self.leaf):
@@ -177,11 +197,14 @@ class Shaper:
                     continue
                 tc.set_class(index, self.major, minor, lim.bits, exists=have is not None)
                 self.leaf = tc.set_leaf(index, self.major, minor)
+                changed = True
                 what = "added" if have is None else "repaired" if have.rate == _rounded(lim.bits) else "changed"
                 (log.info if what != "repaired" else log.warning)(
                     "shaping: %s class %x:%x on %s for %s/%s at %d bit/s", what, self.major, minor, dev.name,
                     lim.namespace, lim.pod, lim.bits)
-            dev.stats = dict(tc.read(index, self.major).classes)
+            if changed:
+                state = tc.read(index, self.major)
+            dev.state, dev.stats = state, dict(state.classes)
             return
         if not state.ours(self.major) or self.dry_run:
             return
@@ -263,6 +286,9 @@ class Shaper:
                          sum(c.leaf_drops if c.leaf else c.drops for c in found), **labels)
 
     def _problem(self, b: ObservationBuilder, subject: str, message: str) -> None:
+        if subject in self.reported:  # once per run, though begin and end both look
+            return
+        self.reported.add(subject)
         b.finding(subject, "TrafficShapingNotInstalled", message,
                   severity=Severity.INFO if self.dry_run else None)
         self.errors.error(subject, f"shaping {subject}: {message}")

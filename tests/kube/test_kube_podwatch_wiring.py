@@ -76,8 +76,9 @@ def daemon(fake: FakeApiServer, tmp_path: Any) -> Iterator[Any]:
         return d
 
     yield start
-    for d in made:
+    for d in made:  # as Daemon.run's finally: nothing of it left running (a reload may start the ladder's thread)
         d._stop_sources()
+        d._stop_remediation()
         d._stop_kube()
 
 
@@ -131,6 +132,7 @@ def test_the_watch_runs_while_a_check_needs_it_and_is_rebuilt_on_reload(
     assert d.pods is third and built[-1] is third
 
     d._stop_sources()
+    d._stop_remediation()
     d._stop_kube()
     assert d.pods is None and third._thread is not None and not third._thread.is_alive()
     wait_for(lambda: not pod_watches(fake), what="the watch closed on stop")
@@ -162,3 +164,42 @@ def test_a_single_pass_lists_once(fake: FakeApiServer, tmp_path: Any, built: lis
     assert isinstance(built[-1], PodSnapshot) and [p.name for p in built[-1].pods() or ()] == ["a"]
     assert [r.verb for r in fake.log() if "/pods" in r.path] == ["list", "list"]
     assert os.path.isdir(tmp_path / "state")
+
+
+def test_agent_run_watches_the_nodes_pods_only_while_traffic_reads_them(
+    fake: FakeApiServer, tmp_path: Any, host_firewall_untouched: None
+) -> None:
+    """End to end, `agent run` as a subprocess: per-pod accounting and shaping read pods (needs_pods), so the one
+    watch runs, its metrics follow the node's pods, and a SIGHUP that turns both off closes it. --dry-run: the traffic
+    check only looks (nothing of the host's firewall or tc is changed), the watch only reads anyway."""
+    import signal
+
+    from agentproc import Agent
+
+    fake.add_pod("team-a", "a", NODE)
+    fake.add_pod("team-b", "elsewhere", "gpu-node-2")
+    kc = fake.kubeconfig(str(tmp_path / "kc"))
+    others = "".join(f"[checks.{name}]\nenabled = false\n" for name in CHECKS if name != "traffic")
+
+    def conf(pods: bool) -> str:
+        on = str(pods).lower()
+        return (f'[kubernetes]\nstartup_jitter = "0s"\n[kubernetes.kill_switch]\nname = ""\n'
+                f"[checks.traffic]\nenabled = true\n[checks.traffic.pods]\nenabled = {on}\n"
+                f'[checks.traffic.shaping]\nenabled = {on}\ninterfaces = ["lo"]\n' + others)
+
+    agent = Agent(tmp_path, conf(True), ("--kubeconfig", kc, "--dry-run"), env={"NODE_NAME": NODE}, log_format="text")
+    try:
+        agent.poll(lambda t: agent.value("node_health_kube_pod_watch_pods") == 1.0, "one pod known", timeout=60)
+        assert agent.value("node_health_kube_pod_watch_up") == 1.0
+        assert agent.value("node_health_kube_pod_watch_relists_total", reason="initial") == 1.0
+        fake.add_pod("team-a", "b", NODE)
+        agent.poll(lambda t: agent.value("node_health_kube_pod_watch_pods") == 2.0, "the new pod seen", timeout=30)
+        assert len(pod_watches(fake)) == 1
+        agent.write_config(conf(False))
+        agent.signal(signal.SIGHUP)
+        agent.poll(lambda t: agent.value("node_health_kube_pod_watch_up") is None, "the watch's metrics gone", timeout=30)
+        wait_for(lambda: not pod_watches(fake), what="the watch closed on the server")
+        pods_reqs = [r.verb for r in fake.log() if r.path == "/api/v1/pods"]
+        assert pods_reqs == ["list", "watch"]  # one list, one watch: nothing per scrape or per check run
+    finally:
+        assert agent.stop() == 0

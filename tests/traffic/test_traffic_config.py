@@ -45,3 +45,23 @@ def test_ipv4_and_ipv6_ranges(tmp_path) -> None:
     path.write_text('[checks.traffic]\ninternal_ranges = ["10.0.0.0/8", "100.64.0.0/10", "fd00::/8"]\nbackend = "nft"\n')
     cfg = config.load(str(path)).checks["traffic"]
     assert cfg.internal_ranges == ("10.0.0.0/8", "100.64.0.0/10", "fd00::/8") and cfg.backend == "nft"
+
+
+@pytest.mark.parametrize(
+    ("line", "key", "expected"),
+    [
+        pytest.param('namespace_defaults = { "batch" = "fast" }', "checks.traffic.shaping.namespace_defaults.batch",
+                     'got "fast"', id="bad namespace default"),
+        pytest.param('namespace_defaults = { "batch" = "1k" }', "checks.traffic.shaping.namespace_defaults.batch",
+                     "between 8k and 10T", id="rate too low"),
+        pytest.param('annotation = "a b"', "checks.traffic.shaping.annotation", "annotation key", id="bad annotation"),
+        pytest.param('interfaces = ["eth0:1"]', "checks.traffic.shaping.interfaces[0]", "interface name",
+                     id="bad interface"),
+        pytest.param("qdisc_major = 65535", "checks.traffic.shaping.qdisc_major", "at most", id="major ffff"),
+    ],
+)
+def test_bad_shaping(tmp_path, line: str, key: str, expected: str) -> None:
+    res = check(tmp_path, f"[checks.traffic.shaping]\nenabled = true\n{line}\n")
+    assert res.returncode == 2
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and key in lines[0] and expected in lines[0], res.stderr

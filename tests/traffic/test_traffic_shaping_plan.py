@@ -111,3 +111,15 @@ def test_subchain_hung_and_dropped() -> None:
     off = plan_ensure(desired("ipv4", NETS), have, "00000002")  # type: ignore[arg-type]
     assert [c for c, _ in off.rebuild] == ["NODE-HEALTH-INTERNET-OUT"] and off.drop == (CHAIN,)
     assert plan_remove(have).drop == ("NODE-HEALTH-INTERNET-IN", "NODE-HEALTH-INTERNET-OUT", CHAIN)
+
+
+def test_shaping_wants_the_pod_watch() -> None:
+    """With per-pod accounting off, shaping alone decides whether the traffic check reads pods."""
+    from agent.registry import CHECKS
+    from agent.traffic.settings import PodsSection, TrafficConfig
+
+    needs = CHECKS["traffic"].needs_pods
+    assert needs is not None
+    off = PodsSection(enabled=False)
+    assert needs(TrafficConfig(pods=off)) is False
+    assert needs(TrafficConfig(pods=off, shaping=ShapingConfig(enabled=True))) is True
