@@ -216,6 +216,9 @@ def step(a: Agent, t: float, reboot: float) -> float:
             a.phase = "drain"
             return t
         return max(rem.budget.retry_at, t + 1)
+    if a.phase in ("drain", "reboot") and not rem.renew_slot(t):  # as the ladder does on every tick while it holds one
+        a.phase = "claim"  # the slot was reclaimed: claim one again before the next step
+        return t
     if a.phase == "drain":
         if rem.drain(t).done:
             a.phase, a.until = "reboot", t + reboot
