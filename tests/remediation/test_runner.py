@@ -39,13 +39,17 @@ def test_the_thread_follows_offered_snapshots_and_publishes_its_findings(tmp_pat
     emitted = []
     runner = Runner(ladder, interval=0.05, publish_samples=lambda s: None, paused=lambda: False)
     runner.source.start(lambda findings, samples: emitted.append(tuple(findings)))
+    before = set(threading.enumerate())
     runner.start()
     try:
         runner.offer(snapshot(finding("Xid79", "reboot")))
         wait_for(lambda: emitted and [f.reason for f in emitted[-1]] == ["DisruptionSlotWaiting"], what="waiting finding")
+        ours = [t for t in threading.enumerate() if t.name == "remediation" and t not in before]
+        assert len(ours) == 1
     finally:
         runner.stop()
-    assert not any(t.name == "remediation" for t in threading.enumerate())
+    # This runner's thread is gone (a "remediation" thread another test left behind is not this test's business).
+    assert not ours[0].is_alive()
 
 
 def test_the_kill_switch_is_read_before_every_tick(tmp_path):
