@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import logging
 import random
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -29,7 +28,7 @@ from ..pods import PodView
 from ..statedir import StateDir
 from ..store import Snapshot
 from . import SOURCE
-from .api import ApiError, KubeApi, Stats, Wait
+from .api import ApiError, KubeApi, Stats, Wait, interrupt_stream
 from .podwatch import PodWatch, list_once
 from .reconciler import Reconciler
 from .settings import KillSwitchSection, KubernetesSection
@@ -142,13 +141,7 @@ class KillSwitch:
         self._resp = resp
 
     def interrupt(self) -> None:
-        """Unblock a thread reading the watch stream (as kubernetes' Watch.stop does)."""
-        sock = getattr(getattr(self._resp, "connection", None), "sock", None)
-        if sock is not None:
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+        interrupt_stream(self._resp)
 
 
 class Actuator:

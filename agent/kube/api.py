@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -30,6 +31,16 @@ MERGE = "application/merge-patch+json"
 # Bookmarks arrive about every minute (apiserver cacher defaultBookmarkFrequency),
 # so a watch that is silent for much longer than that is dead.
 WATCH_READ_TIMEOUT = 150.0
+
+
+def interrupt_stream(resp: Any) -> None:
+    """Unblock a thread reading a watch stream `resp` (None: none open), as kubernetes' Watch.stop does."""
+    sock = getattr(getattr(resp, "connection", None), "sock", None)
+    if sock is not None:
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
 
 
 class ApiError(Exception):

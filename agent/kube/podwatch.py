@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import logging
 import random
-import socket
 import threading
 import time
 from collections import Counter
@@ -47,7 +46,7 @@ from typing import Any
 from ..findings import Finding, Sample
 from ..pods import PodAddr
 from . import SOURCE
-from .api import ApiError, KubeApi, Wait
+from .api import ApiError, KubeApi, Wait, interrupt_stream
 from .catalog import CATALOG
 from .settings import PodWatchSection
 
@@ -181,7 +180,7 @@ class PodWatch:
 
     def stop(self) -> None:
         self._stop.set()
-        self._interrupt()
+        interrupt_stream(self._resp)
         if self._thread is not None:
             self._thread.join(timeout=5)
         with self._lock:
@@ -318,15 +317,6 @@ class PodWatch:
                 self.on_change()
             self._stop.wait(max(0.0, min(until, stale_at + 0.01) - now))
         return False
-
-    def _interrupt(self) -> None:
-        """Unblock the thread reading the watch stream (as kubernetes' Watch.stop does)."""
-        sock = getattr(getattr(self._resp, "connection", None), "sock", None)
-        if sock is not None:
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
 
 
 class PodSnapshot:
