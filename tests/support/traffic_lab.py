@@ -20,14 +20,16 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 from agentproc import Agent
 from conftest import require_tool
 
 CLONE_NEWNET = 0x40000000
+T = TypeVar("T")
 _libc = ctypes.CDLL(None, use_errno=True)
 REPO = Path(__file__).resolve().parent.parent.parent
 OUR_LINE = re.compile(r"node-health-agent:|NODE-HEALTH-")
@@ -56,6 +58,11 @@ class Netns:
 
     def socket(self, family: int = socket.AF_INET, kind: int = socket.SOCK_STREAM) -> socket.socket:
         """A socket (TCP unless told) that lives in this namespace."""
+        return self.call(lambda: socket.socket(family, kind))
+
+    def call(self, fn: Callable[[], T]) -> T:
+        """fn() in a short-lived thread inside this namespace: the sockets it makes (and the threads it starts)
+        live here, e.g. a fake API server that an agent in this namespace reaches on 127.0.0.1."""
         out: dict[str, object] = {}
 
         def enter() -> None:
@@ -63,7 +70,7 @@ class Netns:
             try:
                 if _libc.setns(fd, CLONE_NEWNET) != 0:
                     raise OSError(ctypes.get_errno(), "setns")
-                out["sock"] = socket.socket(family, kind)
+                out["value"] = fn()
             except BaseException as exc:  # noqa: BLE001 - handed to the caller
                 out["err"] = exc
             finally:
@@ -74,7 +81,7 @@ class Netns:
         t.join()
         if "err" in out:
             raise out["err"]  # type: ignore[misc]
-        return out["sock"]  # type: ignore[return-value]
+        return out["value"]  # type: ignore[return-value]
 
     def save(self, mode: str, *args: str) -> str:
         return self.run(f"iptables-{mode}-save", *args).stdout
