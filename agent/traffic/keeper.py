@@ -221,6 +221,8 @@ class Keeper:
             self._problem(b, family, "TrafficRulesNotInPlace", f"{exc}; counters are held")
             return
         self._changed(backend, out)
+        if out.applied is not None:  # what the rules counted up to the repair or rebuild is kept, not lost
+            self._count(family, out.before)
         self._count(family, out.after)
         self.jumps.update(jump_bytes(family, (r for rules in out.after.rules.values() for r in rules)))
         self.in_place[family] = out.in_place

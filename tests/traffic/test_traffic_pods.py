@@ -141,6 +141,29 @@ def test_flush_under_load_repaired_and_monotonic(checked) -> None:
     assert seen[-1] - seen[-2] >= 2 * 4_000_000
 
 
+def test_a_chain_the_agent_rebuilds_keeps_what_it_counted_since_the_last_run(checked) -> None:
+    """A repair that rebuilds one of our chains (its count rule starts again at 0, a new generation) first takes
+    what the old rule counted since the last run: nothing the rules saw is lost to the agent's own repair."""
+    L, r, backend = checked
+    r.set_pods(pods_json(L, ["pod0"]))
+    r.run()
+
+    def node_out(res: Result) -> float:
+        value = res.sample("node_health_traffic_bytes_total", direction="internet-out", family="ipv4")
+        assert value is not None
+        return value
+
+    base, pod_base = node_out(r.run()), per_pod(r.run())[("pod0", "internet-out")]
+    send(L.ns["pod0"], L.ns["internet"], "198.51.100.2", 2 * MB)  # counted by the rules, not read by the agent yet
+    L.node.run(f"iptables-{backend}", "-t", "mangle", "-I", "NODE-HEALTH-INTERNET-OUT", "1", "-p", "icmp", "-j", "RETURN")
+    res = r.run()  # our chain altered: rebuilt
+    assert res.sample("node_health_traffic_rules_in_place", family="ipv4") == 1
+    assert not any("-p icmp" in line for line in L.node.save(backend, "-t", "mangle").splitlines()
+                   if line.startswith("-A NODE-HEALTH-INTERNET-OUT"))
+    assert node_out(res) >= base + 2 * MB
+    assert per_pod(res)[("pod0", "internet-out")] >= pod_base + 2 * MB
+
+
 def test_restart_carries_the_counts_on(checked, tmp_path) -> None:
     L, r, backend = checked
     r.set_pods(pods_json(L, ["pod0"]))
