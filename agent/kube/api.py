@@ -278,7 +278,9 @@ class KubeApi:
             self.call("delete", "leases", self.coordination.delete_namespaced_lease, name, ns)
 
     def list_leases(self, ns: str) -> list[dict[str, Any]]:
-        body = self.call("list", "leases", self.coordination.list_namespaced_lease, ns)
+        """From the watch cache (resourceVersion=0: no quorum read of etcd for each waiting agent); a stale
+        entry is harmless to the one caller, whose DELETE carries the resourceVersion it saw (409 if renewed)."""
+        body = self.call("list", "leases", self.coordination.list_namespaced_lease, ns, resource_version="0")
         return list(body.get("items") or [])
 
     def patch_lease(self, ns: str, name: str, body: dict[str, Any]) -> dict[str, Any]:

@@ -243,6 +243,25 @@ def test_a_lease_renewed_since_it_was_read_is_not_deleted(fake: FakeApiServer, t
     assert any(r.status == 409 and r.path.endswith("/leases/slow") for r in fake.log(verbs=("delete",)))
 
 
+def test_a_lagging_watch_cache_never_costs_a_live_holder_its_slot(fake: FakeApiServer, tmp_path: Any) -> None:
+    """The waiter lists Leases from the watch cache (resourceVersion=0); a cache that still shows the holder's
+    old renewTime leads to a DELETE with the old resourceVersion: 409, the renewed holder keeps its slot."""
+    fake.set_quota(DISRUPTION_NS, DISRUPTION_QUOTA, 1)
+    wall = Wall()
+    holder, waiter = expiring(fake, tmp_path, "holder", wall), expiring(fake, tmp_path, "waiter", wall)
+    assert holder.claim_slot(wall.t)
+    fake.cluster.freeze_cache()  # the cache stops here: it keeps the claim's renewTime
+    wall.t += 3000
+    assert holder.renew_slot(wall.t)  # renewed in etcd, not in the cache
+    wall.t += 1000  # past the expiry by the cached renewTime, well within it by the real one
+    assert not waiter.claim_slot(wall.t)
+    assert lease_names(fake) == ["holder"] and waiter.budget.reclaimed == 0
+    lists = [r for r in fake.log(verbs=("list",)) if r.path.endswith(f"/{DISRUPTION_NS}/leases")]
+    assert lists and all(r.query.get("resourceVersion") == "0" for r in lists)
+    assert any(r.status == 409 and r.path.endswith("/leases/holder") for r in fake.log(verbs=("delete",)))
+    assert holder.renew_slot(wall.t + 600)
+
+
 def test_many_agents_some_dying_with_a_slot_never_more_than_b_and_all_handled(fake: FakeApiServer, tmp_path: Any) -> None:
     """Virtual time in steps of 5 minutes: each live agent claims, holds its slot 30 minutes (renewing),
     releases; three agents die holding a slot. The dead slots are reclaimed after the expiry, every live
