@@ -43,6 +43,9 @@ class CheckContext:
     config: ConfigView
     dry_run: bool = False  # look, but change nothing on the node (`agent run --dry-run`, `agent selftest`)
     pods: PodView | None = None  # the node's pods, where the agent talks to a cluster (agent.pods)
+    # One pass with no event sources beside the checks (`agent selftest`, `agent run --once`): a check that
+    # stands for a source (the burn) then reports what that source would publish for the same state.
+    single_pass: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -117,7 +117,10 @@ class Daemon:
         )
         if self.opts.once:
             pods = pods_once(self.cfg, self.opts.kubeconfig)
-            self.scheduler.configure(build_checks(self.cfg, self.state.path, dry_run=self.opts.dry_run, pods=pods), immediate=True)
+            self.scheduler.configure(
+                build_checks(self.cfg, self.state.path, dry_run=self.opts.dry_run, pods=pods, single_pass=True),
+                immediate=True,
+            )
             return self._once()
         self._bind_metrics()
         self._start_kube()

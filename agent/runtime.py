@@ -89,9 +89,12 @@ def state_dir(cfg: Config, explicit: bool) -> str:
 
 
 def build_checks(
-    cfg: Config, state: str, only: list[str] | None = None, dry_run: bool = False, pods: PodView | None = None
+    cfg: Config, state: str, only: list[str] | None = None, dry_run: bool = False, pods: PodView | None = None,
+    single_pass: bool = False,
 ) -> list[tuple[Check, CheckConfig]]:
-    ctx = CheckContext(paths=host_paths(cfg), state_dir=state, config=cfg, dry_run=dry_run, pods=pods)
+    ctx = CheckContext(
+        paths=host_paths(cfg), state_dir=state, config=cfg, dry_run=dry_run, pods=pods, single_pass=single_pass
+    )
     return build_enabled(ctx, only)
 
 

@@ -189,7 +189,7 @@ class Scheduler:
             )
             return
         msg = f"{type(err).__name__}: {err}"
-        (log.debug if e.failing else log.error)("check %s failed: %s", name, msg, exc_info=not e.failing)
+        (log.debug if e.failing else log.error)("check %s failed: %s", name, msg, exc_info=None if e.failing else err)
         e.failing = True
         finding = self._finding(name, "CheckFailed", f"the check raised {msg}")
         self._store.update_check(

@@ -65,10 +65,24 @@ def as_json(snap: Snapshot) -> dict[str, object]:
         if st.error:
             entry["error"] = st.error.message
         checks.append(entry)
-    return {"healthy": healthy(snap), "checks": checks, "findings": [f.as_dict() for f in snap.findings()]}
+    counts = tally(rows(snap))
+    return {
+        "healthy": healthy(snap), "problems": counts["problems"], "unknown": counts["unknown"],
+        "checks": checks, "findings": [f.as_dict() for f in snap.findings()],
+    }
 
 
-def render_table(snap: Snapshot, out: TextIO = sys.stdout, color: bool | None = None) -> None:
+def tally(table: Iterable[tuple[str, str, str, str]]) -> dict[str, int]:
+    """Rows at warning or critical ("problems") and rows that could not be judged ("unknown")."""
+    statuses = [r[2] for r in table]
+    return {
+        "problems": sum(1 for s in statuses if s in ("warning", "critical")),
+        "unknown": sum(1 for s in statuses if s == "unknown"),
+    }
+
+
+def render_table(snap: Snapshot, out: TextIO | None = None, color: bool | None = None) -> None:
+    out = sys.stdout if out is None else out  # looked up per call: whatever stdout is now
     table = [("CHECK", "SUBJECT", "STATUS", "DETAIL"), *rows(snap)]
     color = out.isatty() if color is None else color
     widths = [max(len(r[i]) for r in table) for i in range(3)]
@@ -83,10 +97,12 @@ def render_table(snap: Snapshot, out: TextIO = sys.stdout, color: bool | None = 
             line = line[: term - 1] + "…"
         out.write(line.rstrip() + "\n")
     verdict = "healthy" if healthy(snap) else "NOT healthy"
-    out.write(f"\n{verdict}: {sum(1 for r in table[1:] if r[2] in ('warning', 'critical', 'unknown'))} problem(s)\n")
+    counts = tally(table[1:])
+    out.write(f"\n{verdict}: {counts['problems']} problem(s), {counts['unknown']} unknown\n")
 
 
-def render(snap: Snapshot, as_json_output: bool, out: TextIO = sys.stdout) -> int:
+def render(snap: Snapshot, as_json_output: bool, out: TextIO | None = None) -> int:
+    out = sys.stdout if out is None else out
     if as_json_output:
         json.dump(as_json(snap), out, indent=2)
         out.write("\n")

@@ -22,7 +22,11 @@ if TYPE_CHECKING:
 
 
 class BurnStatusCheck:
-    """Shows the persisted result of this boot's burns; never burns."""
+    """Shows the persisted result of this boot's burns, with the findings the
+    daemon's preflight source publishes for the same record (a failed
+    preflight is `PreflightFailed`, an untested GPU `BurnUnavailable`) where
+    no source runs beside it (`agent selftest`, `agent run --once`), so those
+    judge a node as the daemon does; never burns."""
 
     name = "burn"
 
@@ -31,6 +35,7 @@ class BurnStatusCheck:
 
     def run(self) -> Observation:
         from ..burn.preflight import BurnState
+        from ..burn.publish import findings
         from ..statedir import StateDir, boot_id
 
         b = ObservationBuilder(self.name, CATALOG)
@@ -38,6 +43,9 @@ class BurnStatusCheck:
         for label, report in (("preflight", st.preflight), ("periodic", st.retest)):
             if report is not None:
                 b.subject(label, _describe(report))
+                if self.ctx.single_pass:  # else the preflight source publishes them
+                    for f in findings(report, label):
+                        b.finding(f.subject, f.reason, f.message)
         if st.preflight is None and self.cfg.preflight:
             b.subject("preflight", "no burn in this boot yet (the agent runs it at start)")
         return b.build()

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from .. import __version__
-from .shared import Parser, UsageError, common_flags, did_you_mean, overrides
+from .shared import Parser, UsageError, common_flags, config_flag, config_path, did_you_mean, overrides
 
 
 def _web_config_flag(p: argparse.ArgumentParser) -> None:
@@ -41,7 +41,8 @@ def build_parser() -> Parser:
 
     run = sub.add_parser("run", help="run the agent (the daemon)", description="Run the agent until SIGTERM.")
     common_flags(run)
-    run.add_argument("--listen", metavar="HOST:PORT", help="address for /metrics and /healthz")
+    run.add_argument("--listen", "--web.listen-address", dest="listen", metavar="HOST:PORT",
+                     help="address for /metrics and /healthz")
     _web_config_flag(run)
     run.add_argument("--state-dir", metavar="DIR", help="state directory (default /var/lib/node-health-agent)")
     run.add_argument("--once", action="store_true", help="run every check once, then exit 0 (healthy) or 1")
@@ -53,6 +54,8 @@ def build_parser() -> Parser:
     common_flags(st)
     st.add_argument("--json", action="store_true", help="one JSON object instead of a table")
     st.add_argument("--only", nargs="+", metavar="CHECK", help="run only these checks (enabled or not)")
+    st.add_argument("--state-dir", metavar="DIR",
+                    help="the agent's state directory, read only (default: the config's agent.state_dir)")
     st.add_argument("--burn", type=float, metavar="SECONDS", help="also burn every GPU for SECONDS (see agent burn)")
     st.set_defaults(func=cmd_selftest)
 
@@ -64,7 +67,7 @@ def build_parser() -> Parser:
     _web_config_flag(check)
     check.set_defaults(func=cmd_config_check)
     show = cfg_sub.add_parser("show", help="print the effective config, defaults filled in")
-    show.add_argument("--config", metavar="FILE")
+    config_flag(show)
     show.set_defaults(func=cmd_config_show)
 
     ver = sub.add_parser("version", help="print version, parser implementation and Python version")
@@ -117,7 +120,8 @@ def cmd_selftest(args: argparse.Namespace) -> int:
     # A selftest looks and changes nothing (no rules installed, no state written); a check that reads the
     # node's pods gets them from one LIST (no watch), where a cluster is configured.
     pods = pods_once(cfg, only=args.only)
-    sched.configure(build_checks(cfg, state_dir(cfg, explicit=False), args.only, dry_run=True, pods=pods), immediate=True)
+    state = state_dir(cfg, explicit=bool(args.state_dir))
+    sched.configure(build_checks(cfg, state, args.only, dry_run=True, pods=pods, single_pass=True), immediate=True)
     sched.run_once()
     if args.burn is not None:
         from .burn import selftest_burn
@@ -157,7 +161,7 @@ def cmd_config_check(args: argparse.Namespace) -> int:
 def cmd_config_show(args: argparse.Namespace) -> int:
     from ..config import load, to_toml
 
-    cfg = load(args.config)
+    cfg = load(config_path(args.config))
     sys.stdout.write(f"# effective configuration from {cfg.source}\n{to_toml(cfg)}")
     return 0
 
@@ -211,6 +215,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.exit_code
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # `agent selftest --json | head`: the reader left. Point stdout at /dev/null so the interpreter's
+        # final flush cannot raise again, and end quietly as other Unix tools do.
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, what a shell reports for a writer killed by the pipe
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -5,10 +5,28 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import os
 from typing import TYPE_CHECKING, Any, NoReturn
 
 if TYPE_CHECKING:
     from ..runtime import Overrides
+
+
+CONFIG_ENV = "NODE_HEALTH_AGENT_CONFIG"
+DEFAULT_CONFIG = "/etc/node-health-agent/agent.toml"  # where the systemd unit and the DaemonSet put it
+CONFIG_HELP = f"config file (default: ${CONFIG_ENV}, else {DEFAULT_CONFIG} if it exists, else the embedded defaults)"
+
+
+def config_path(flag: str | None) -> str | None:
+    """The config a command reads: the flag, else $NODE_HEALTH_AGENT_CONFIG, else the deployed file where it
+    exists, else None (the embedded defaults). So `agent selftest` on a host, or `kubectl exec ... agent
+    selftest` in the DaemonSet (which sets the variable), judges the node with the agent's own config."""
+    if flag:
+        return flag
+    env = os.environ.get(CONFIG_ENV, "")
+    if env:
+        return env
+    return DEFAULT_CONFIG if os.path.isfile(DEFAULT_CONFIG) else None
 
 
 class UsageError(Exception):
@@ -21,12 +39,17 @@ class Parser(argparse.ArgumentParser):
 
 
 def common_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", metavar="FILE", help="config file (default: the embedded config/agent.toml)")
+    config_flag(p)
     p.add_argument("--path.procfs", dest="procfs", metavar="DIR", help="host /proc (default /proc)")
     p.add_argument("--path.sysfs", dest="sysfs", metavar="DIR", help="host /sys (default /sys)")
     p.add_argument("--path.rootfs", dest="rootfs", metavar="DIR", help="host / (default /)")
-    p.add_argument("--log-format", choices=("text", "json"), help="text on a terminal, JSON lines otherwise by default")
-    p.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
+    p.add_argument("--log-format", "--log.format", dest="log_format", choices=("text", "json"),
+                   help="text on a terminal, JSON lines otherwise by default")
+    p.add_argument("--log-level", "--log.level", dest="log_level", choices=("debug", "info", "warning", "error"))
+
+
+def config_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", metavar="FILE", help=CONFIG_HELP)
 
 
 def overrides(args: argparse.Namespace) -> Overrides:
@@ -35,7 +58,7 @@ def overrides(args: argparse.Namespace) -> Overrides:
 
 
     return Overrides(
-        config_path=args.config,
+        config_path=config_path(args.config),
         listen=getattr(args, "listen", None),
         web_config_file=getattr(args, "web_config_file", None),
         state_dir=getattr(args, "state_dir", None),

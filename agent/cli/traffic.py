@@ -27,7 +27,7 @@ from ..traffic.rule_sync import clear_strays, has_ours, read, reconcile, remove
 from ..traffic.rules import CHAINS, DIRECTIONS, FAMILIES, Current, Desired, Network, desired, plan_for
 from ..traffic.tc import TcError, give_back_everywhere
 from ..traffic.tools import CAP_NET_ADMIN, CAP_NET_RAW, TrafficError, missing_caps
-from .shared import Parser
+from .shared import Parser, config_flag, config_path
 
 
 def register(sub: Any) -> None:
@@ -40,7 +40,7 @@ def register(sub: Any) -> None:
         ("remove", "remove every rule and chain of ours (and nothing else)", cmd_remove),
     ):
         p = actions.add_parser(name, help=text, description=text)
-        p.add_argument("--config", metavar="FILE", help="config file (default: the embedded config/agent.toml)")
+        config_flag(p)
         p.add_argument("--backend", choices=("auto", "legacy", "nft"), help="default: [checks.traffic] backend")
         if name == "show":
             p.add_argument("--json", action="store_true", help="one JSON object")
@@ -50,7 +50,7 @@ def register(sub: Any) -> None:
 def _config(args: argparse.Namespace) -> Any:
     from ..config import load
 
-    return load(args.config).checks["traffic"]
+    return load(config_path(args.config)).checks["traffic"]
 
 
 def _fail(args: argparse.Namespace, message: str) -> int:

@@ -85,6 +85,20 @@ def test_exception_becomes_check_failed_finding() -> None:
     assert f.reason == "CheckFailed" and f.unknown and "boom" in f.message
 
 
+def test_a_failing_check_logs_its_own_traceback(caplog: pytest.LogCaptureFixture) -> None:
+    """The first failure's log line carries the check's exception, not "NoneType: None" (the error is
+    handed over from the check's thread, so there is no exception being handled when it is logged)."""
+    from agent.logs import JSONFormatter
+
+    sched = Scheduler(Store(), CATALOG)
+    sched.configure([(FakeCheck("bad", "fail"), cfg())], immediate=True)
+    with caplog.at_level("ERROR", logger="agent.scheduler"):
+        sched.run_once()
+    (rec,) = [r for r in caplog.records if r.getMessage().startswith("check bad failed")]
+    exc = JSONFormatter().format(rec)
+    assert "RuntimeError: boom" in exc and "NoneType: None" not in exc, exc
+
+
 def test_hang_times_out_is_not_restarted_and_others_keep_running() -> None:
     store = Store()
     sched = Scheduler(store, CATALOG, jitter=0)
