@@ -23,7 +23,7 @@ import pytest
 from agent.cli import build_parser
 
 ROOT = next(p for p in Path(__file__).resolve().parents if (p / "pyproject.toml").exists())
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 FENCE = re.compile(r"^\s*(```|~~~)")
 INLINE = re.compile(r"(?<!`)`(agent [^`]+)`(?!`)")
 # Commands run for real: none needs root, a GPU or a cluster, and none changes the host.
