@@ -24,13 +24,19 @@ PREFLIGHT = "preflight"  # the subject of findings about the preflight as a whol
 # while BurnUnavailable stays visible (a deployment problem to fix, not a
 # reason to keep every GPU node of a fleet out of service).
 BURN = "backend"
-STATES = ("pending", "passed", "failed", "no_gpu", "unavailable", "disabled")
+STATES = ("pending", "deferred", "passed", "failed", "no_gpu", "unavailable", "disabled")
 KINDS = ("preflight", "periodic", "manual")
 
 
 def pending(message: str) -> list[Finding]:
     b = ObservationBuilder(CHECK, CATALOG)
     b.finding(PREFLIGHT, "PreflightPending", message)
+    return list(b.build().findings)
+
+
+def deferred(message: str) -> list[Finding]:
+    b = ObservationBuilder(CHECK, CATALOG)
+    b.finding(PREFLIGHT, "PreflightDeferred", message)
     return list(b.build().findings)
 
 
