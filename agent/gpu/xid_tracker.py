@@ -39,7 +39,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from ..findings import ACTION_TEXT, Finding, Sample, Severity
+from ..findings import ACTION_TEXT, ACTIONS, Finding, Sample, Severity
 from ..parsers.xid import KIND_DRIVER_LOADED, KIND_FALLEN_OFF_BUS, KIND_SXID, KIND_XID
 from ..statedir import Damaged, integer, number, obj, seq, text
 from .catalog import CATALOG
@@ -137,8 +137,12 @@ class XidStream:
             return False
         subject, gpu = self.subject_of(ev.pci, ev.kind)
         if self._duplicate(ev, verdict.xid):
-            if ev.source == "kmsg" and (subject, verdict.reason) in self.active:
-                self.active[(subject, verdict.reason)].message = f"{verdict.title}: {ev.message}"
+            old = self.active.get((subject, verdict.reason))
+            if old is not None and verdict.xid in _MESSAGE_XIDS:
+                # The kernel's line grades what NVML's event could not (144-150: Fatal or Nonfatal; 154: the action).
+                _merge(old, verdict, None if verdict.sticky else ev.at + self.app_hold)
+            if ev.source == "kmsg" and old is not None:
+                old.message = f"{verdict.title}: {ev.message} (action: {ACTION_TEXT[old.action]})"
             return True
         if verdict.reason.startswith("Xid"):
             key = (gpu, metric_label(verdict.xid))
@@ -151,8 +155,8 @@ class XidStream:
         msg = f"{verdict.title}: {ev.message} (action: {ACTION_TEXT[verdict.action]})"
         old = self.active.get((subject, verdict.reason))
         if old is not None:
-            old.severity = max(old.severity, verdict.severity, key=lambda s: s.rank)
-            old.until = None if old.until is None or until is None else max(old.until, until)
+            _merge(old, verdict, until)
+            msg = f"{verdict.title}: {ev.message} (action: {ACTION_TEXT[old.action]})"
             old.message, old.count, old.last = msg, old.count + 1, max(old.last, ev.at)
         else:
             self.active[(subject, verdict.reason)] = Active(verdict.severity, msg, verdict.action, until, last=ev.at)
@@ -294,6 +298,14 @@ class XidStream:
         self.lost, self.gaps = data.get("lost", 0), data.get("gaps", 0)
         self.not_kernel = data.get("not_kernel", 0)
         self.coverage_until, self.coverage_message = data.get("coverage", [0.0, ""])
+
+
+def _merge(old: Active, verdict: Verdict, until: float | None) -> None:
+    """One more event for an active finding: the worse severity, the stronger action
+    (later in ACTIONS), and the longer hold."""
+    old.severity = max(old.severity, verdict.severity, key=lambda s: s.rank)
+    old.action = max(old.action, verdict.action, key=ACTIONS.index)
+    old.until = None if old.until is None or until is None else max(old.until, until)
 
 
 def check_saved(raw: Any) -> dict[str, Any]:
