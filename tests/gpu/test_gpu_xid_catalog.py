@@ -12,6 +12,7 @@ from agent.findings import Severity
 from agent.gpu.xid_catalog import BUCKETS, catalog, classify, derived, parse_catalog
 from agent.gpu.xid_tracker import Event, XidStream
 from agent.parsers.xid import KIND_XID
+from agent.remediation.faults import faults
 
 # xid: (NVIDIA's immediate bucket, severity, action) — the whole catalog, as the agent acts on it
 # when the event does not grade itself (144-150 without their line, 154 without an action).
@@ -114,6 +115,7 @@ def test_nvml_first_then_the_fatal_line_is_one_event_that_resets() -> None:
     [f] = s.findings()
     assert (f.severity, f.action) == (Severity.CRITICAL, "reset_gpu") and "Fatal" in f.message
     assert s.counts == {("0", "149"): 1}
+    assert [x.action for x in faults(s.findings(), [])] == ["reset_gpu"]  # what the remediation ladder acts on
     now[0] += 400  # past app_xid_hold: a reset_gpu finding stays
     s.expire()
     assert [g.reason for g in s.findings()] == ["Xid149"]
@@ -125,7 +127,8 @@ def test_a_nonfatal_link_event_stays_a_warning_without_an_action_and_goes() -> N
                   subject_of=lambda pci, kind: ("gpu0", "0"), clock=lambda: now[0])  # fmt: skip
     s.add(Event("kmsg", KIND_XID, 149, "0000:18:00", "NETIR Nonfatal XC0 i0 Link 04 (0x0 0x0)", now[0]))
     [f] = s.findings()
-    assert (f.severity, f.action) == (Severity.WARNING, "none")  # the ladder acts on the action: never a reset
+    assert (f.severity, f.action) == (Severity.WARNING, "none")
+    assert faults(s.findings(), []) == []  # the remediation ladder acts on the action: never a reset
     now[0] += 301
     s.expire()
     assert s.findings() == []
