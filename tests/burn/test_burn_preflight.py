@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 from agentproc import wait_for
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from burnfakes import FakeBackend, FakeInventory, FakeWatch, good, gpus
 
 from agent.burn.model import BurnPlan, Fault, GpuOutcome, Problem
@@ -348,3 +350,52 @@ def test_dry_run_shows_a_result_this_boot_already_has(host: Host) -> None:
     _, rec2 = host.start(dry_run=True)
     host.settle(rec2, 1)
     assert rec2.reasons(0) == [] and rec2.state(0) == "passed" and host.backend.started == 1
+
+
+class Script:
+    """An idleness probe answering from a script: True idle, False busy; it records each answer."""
+
+    def __init__(self, answers: list[bool]) -> None:
+        self.answers, self.given = list(answers), []  # type: list[bool]
+
+    def occupancy(self, gpus: Sequence[object]) -> object:
+        from agent.burn.idle import Occupancy
+
+        idle = self.answers.pop(0) if self.answers else True
+        self.given.append(idle)
+        return Occupancy() if idle else Occupancy({0: ("pid 1",)})
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.booleans(), max_size=12))
+def test_the_burn_starts_only_after_two_idle_looks_in_a_row(tmp_path_factory: pytest.TempPathFactory, answers: list[bool]) -> None:
+    """Whatever the GPUs do between looks, `_wait_idle` returns (and the burn starts) only
+    right after an idle look that followed an idle look (the one before PreflightPending and the
+    one just before the burn), and it reports PreflightPending only after an idle look."""
+    host = Host(tmp_path_factory.mktemp("p"))
+    runner = Runner(Settings(plan=BurnPlan(seconds=0.1)), HostPaths(), inventory=host.inventory,
+                    backends=[host.backend], watch=lambda: host.watch)  # fmt: skip
+    src = PreflightSource(runner, host.state, lambda: "b", Options(settle=0, retry=0), list)  # type: ignore[arg-type]
+    probe = Script(answers)
+    src.idle = probe  # type: ignore[assignment]
+    rec = Recorder()
+    from agent.burn.preflight import BurnState
+
+    found = src._wait_idle(rec, BurnState("b"))
+    assert len(found.gpus) == 2 and host.backend.started == 0  # _wait_idle itself never burns
+    # The model: an idle look reports PreflightPending and is followed by the look just before the
+    # burn; only an idle one there starts it; a busy look at either place waits and starts again.
+    looks, pendings, i, script = 0, 0, 0, answers + [True] * 2
+    while True:
+        looks += 1
+        if not script[i]:
+            i += 1
+            continue
+        pendings += 1
+        looks += 1
+        if script[i + 1]:
+            break
+        i += 2
+    assert probe.given == script[:looks] and probe.given[-2:] == [True, True]
+    reported = sum(1 for c in rec.calls if ("preflight", "PreflightPending") in [(f.subject, f.reason) for f in c[0]])
+    assert reported == pendings
