@@ -1,8 +1,10 @@
 """A burn report as findings and metric samples.
 
-Only PreflightPending and PreflightFailed carry the family "Preflight" (the
-Kubernetes side maps that family to the `<prefix>/preflight` NoSchedule
-taint); a failed periodic re-test is a GPU fault like any other (BurnFailed),
+Only PreflightPending, PreflightFailed and PreflightDeferred carry the family
+"Preflight" (the Kubernetes side maps that family to the `<prefix>/preflight`
+NoSchedule taint; PreflightDeferred is info, which never taints: whether a
+deferred preflight holds the node is PreflightPending's, as
+checks.burn.hold_while_deferred says); a failed periodic re-test is a GPU fault like any other (BurnFailed),
 and a burn that could not run is "unknown", which never moves node state.
 """
 
