@@ -141,3 +141,16 @@ def test_dry_run_never_starts_the_burn(node: Any, fake: FakeApiServer, tmp_path:
     assert "a real run would burn 2 GPU(s) now" in agent.logs()
     assert not burn_workers_started(agent) and agent.value("node_health_burn_gpu_pass", gpu="0") is None
     assert not (tmp_path / "state" / "burn.json").exists(), "a dry run wrote the burn state"
+
+
+def test_hold_while_deferred_keeps_the_preflight_taint_until_the_burn_passes(node: Any, fake: FakeApiServer) -> None:
+    node.scenario.gpu(0, procs="4242:1073741824")
+    agent = node(extra="hold_while_deferred = true\n")  # appended to [checks.burn]
+    wait_for(lambda: agent.value("node_health_burn_preflight_state", state="deferred") == 1, timeout=30,
+             what="the preflight deferred")  # fmt: skip
+    wait_for(lambda: our_taints(fake) == [(PREFLIGHT, "PreflightPending", "NoSchedule")], timeout=30,
+             what="the node held while the burn waits")  # fmt: skip
+    assert not burn_workers_started(agent)
+    node.scenario.gpu(0, procs="")
+    wait_for(lambda: agent.value("node_health_burn_preflight_state", state="passed") == 1, timeout=90, what="passed")
+    wait_for(lambda: our_taints(fake) == [], what="released after the pass")
