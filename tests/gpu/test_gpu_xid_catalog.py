@@ -148,3 +148,14 @@ def test_a_nonfatal_link_event_stays_a_warning_without_an_action_and_goes() -> N
 def test_a_catalog_row_that_departs_silently_is_refused(text: str, error: str) -> None:
     with pytest.raises(ValueError, match=error):
         parse_catalog(text)
+
+
+def test_xid_154_from_nvml_is_graded_by_its_line() -> None:
+    now = [1000.0]
+    s = XidStream(dedupe_window=10, app_hold=300, coverage_hold=3600, overrides={},
+                  subject_of=lambda pci, kind: ("gpu0", "0"), clock=lambda: now[0])  # fmt: skip
+    s.add(Event("nvml", KIND_XID, 154, "0000:18:00", "reported by NVML", now[0]))
+    assert [(f.severity, f.action) for f in s.findings()] == [(Severity.WARNING, "none")]
+    line = "GPU recovery action changed from 0x0 (None) to 0x1 (GPU Reset Required)"
+    s.add(Event("kmsg", KIND_XID, 154, "0000:18:00", line, now[0]))
+    assert [(f.severity, f.action) for f in s.findings()] == [(Severity.CRITICAL, "reset_gpu")]
