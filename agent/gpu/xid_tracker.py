@@ -33,6 +33,7 @@ reboot starts afresh.
 
 from __future__ import annotations
 
+import re
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
@@ -59,6 +60,8 @@ _SOURCES = ("kmsg", "nvml")
 _SOURCES_79 = ("kmsg", "nvml", "kmsg-fallen")  # a fallen-off-the-bus line is a third sighting of Xid 79
 _BACKLOG_79 = ("kmsg", "kmsg-fallen")  # what pairs in the backlog: no NVML events were registered then
 _MESSAGE_XIDS = NVLINK5_XIDS | {XID_RECOVERY_ACTION}  # Xids whose verdict depends on the line's text, as SXids' does
+_NVLINK5_REASONS = frozenset(f"Xid{x}" for x in NVLINK5_XIDS)
+_SAVED_NONFATAL = re.compile(r"\bNonfatal\s+XC[01]\b")  # "<unit> Nonfatal XC0 i0 Link …" in a saved message
 
 
 class Event(NamedTuple):
@@ -293,7 +296,11 @@ class XidStream:
         """Restores what `to_json` wrote (validated by `check_saved`)."""
         self.cursor = data.get("cursor")
         for s, r, sev, msg, action, until, count, *last in data.get("active", []):
-            self.active[(s, r)] = Active(Severity(sev), msg, action, until, count, last[0] if last else 0.0)
+            at = last[0] if last else 0.0
+            if r in _NVLINK5_REASONS and action == "reset_gpu" and _SAVED_NONFATAL.search(msg):
+                # Saved by an agent before 144-150 were graded by the line: a Nonfatal one asks for nothing.
+                action, until = "none", (at or self.clock()) + self.app_hold
+            self.active[(s, r)] = Active(Severity(sev), msg, action, until, count, at)
         self.counts = {(g, x): n for g, x, n in data.get("counts", [])}
         self.lost, self.gaps = data.get("lost", 0), data.get("gaps", 0)
         self.not_kernel = data.get("not_kernel", 0)

@@ -159,3 +159,19 @@ def test_xid_154_from_nvml_is_graded_by_its_line() -> None:
     line = "GPU recovery action changed from 0x0 (None) to 0x1 (GPU Reset Required)"
     s.add(Event("kmsg", KIND_XID, 154, "0000:18:00", line, now[0]))
     assert [(f.severity, f.action) for f in s.findings()] == [(Severity.CRITICAL, "reset_gpu")]
+
+
+def test_a_nonfatal_link_finding_saved_by_an_older_agent_is_no_reset_after_the_upgrade() -> None:
+    """An agent before this grading saved a Nonfatal 149 as a warning with reset_gpu, until reboot:
+    restored, it asks for nothing and goes after app_xid_hold; a Fatal one keeps its reset."""
+    now = [1000.0]
+    s = XidStream(dedupe_window=10, app_hold=300, coverage_hold=3600, overrides={},
+                  subject_of=lambda pci, kind: ("gpu0", "0"), clock=lambda: now[0])  # fmt: skip
+    old = "Xid 149 (NVLink NETIR error (a Nonfatal line is a warning)): NETIR Nonfatal XC0 i0 Link 04 (0x0 0x0) (action: x)"
+    fatal = "Xid 150 (NVLink MSE error (a Nonfatal line is a warning)): MSE Fatal XC0 i0 Link -1 (0x0 0x0) (action: x)"
+    s.load_json({"active": [["gpu0", "Xid149", "warning", old, "reset_gpu", None, 1, 990.0],
+                            ["gpu0", "Xid150", "critical", fatal, "reset_gpu", None, 1, 990.0]]})  # fmt: skip
+    assert {f.reason: f.action for f in s.findings()} == {"Xid149": "none", "Xid150": "reset_gpu"}
+    now[0] = 990.0 + 301
+    s.expire()
+    assert [f.reason for f in s.findings()] == ["Xid150"]
