@@ -46,6 +46,8 @@ def render(what: str, feature: str | None = None) -> str:
         return _actions()
     if what == "patterns" and feature is None:
         return _patterns()
+    if what == "xids" and feature is None:
+        return _xids()
     if what not in ("metrics", "reasons"):
         raise ValueError(what)
     if feature is None:
@@ -89,6 +91,20 @@ def _actions() -> str:
         rows.append((f"`{action}`", ACTION_TEXT[action], ", ".join(str(i.xid) for i in infos) or "—",
                      ", ".join(s.value for s in severities) or "—", hold(action)))
     return _table(("action", "what to do", "Xids", "severity", "the finding stays"), rows)
+
+
+def _xids() -> str:
+    """Every Xid of the catalog: NVIDIA's immediate resolution bucket, the severity and action the
+    agent derives from it, and where (and why) it departs from the bucket."""
+    from .gpu.xid_catalog import BUCKETS, catalog
+
+    rows = []
+    for i in sorted(catalog().values(), key=lambda i: i.xid):
+        bucket = BUCKETS.get(i.bucket)
+        how = f"deviation: {i.deviation}" if i.deviation else bucket[2] if bucket else ""
+        rows.append((str(i.xid), f"`{i.mnemonic}`" if i.mnemonic else "", f"`{i.bucket}`" if i.bucket else "(none)",
+                     i.severity.value, f"`{i.action}`", how))
+    return _table(("Xid", "mnemonic", "NVIDIA bucket", "severity", "action", "why"), rows)
 
 
 def _patterns() -> str:

@@ -62,8 +62,8 @@ class Inventory(Protocol):
         """None when NVML cannot be used here (no driver, no library)."""
         ...
 
-    def processes(self) -> Mapping[int, int] | None:
-        """GPU index → number of processes using it; None when NVML cannot tell."""
+    def processes(self) -> Mapping[int, tuple[int, ...]] | None:
+        """GPU index → PIDs of the processes using it (compute and graphics); None when NVML cannot tell."""
         ...
 
 

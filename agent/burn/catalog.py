@@ -14,6 +14,13 @@ REASONS: tuple[Reason, ...] = (
         family="Preflight",
     ),
     Reason(
+        "PreflightDeferred",
+        Severity.INFO,
+        "The boot-time GPU burn test waits: a GPU has a process or a pod (the message names them), whether "
+        "it has cannot be told, or this is a dry run; it runs once every GPU is idle.",
+        family="Preflight",
+    ),
+    Reason(
         "PreflightFailed",
         Severity.CRITICAL,
         "The boot-time GPU burn test failed on this GPU (the message says how); "
@@ -41,7 +48,8 @@ METRICS: tuple[MetricSpec, ...] = (
     MetricSpec(
         "node_health_burn_preflight_state",
         "gauge",
-        "1 for the preflight's state: pending, passed, failed, no_gpu, unavailable or disabled.",
+        "1 for the preflight's state: pending, deferred (GPUs in use, or a dry run), passed, failed, no_gpu, "
+        "unavailable or disabled.",
         ("state",),
     ),
     MetricSpec(

@@ -40,6 +40,12 @@ def _nvml(library: str) -> Any | None:
         return None
 
 
+def _not_applicable(exc: Exception) -> bool:
+    from ..gpu import nvml
+
+    return nvml.not_applicable(exc)
+
+
 def _text(value: Any) -> str:
     # nvmlDeviceGetPciInfo is not wrapped with @convertStrBytes: busId is bytes (reference §c).
     return value.decode("ascii", "replace") if isinstance(value, bytes) else str(value)
@@ -74,7 +80,7 @@ class NvmlInventory:
             mig = False  # NotSupported before Ampere
         return GpuInfo(index=index, uuid=uuid, name=name, pci_bus_id=pci, mig=mig)
 
-    def processes(self) -> Mapping[int, int] | None:
+    def processes(self) -> Mapping[int, tuple[int, ...]] | None:
         nv = _nvml(self.library)
         if nv is None:
             return None
@@ -83,8 +89,12 @@ class NvmlInventory:
             for i in range(nv.nvmlDeviceGetCount()):
                 h = nv.nvmlDeviceGetHandleByIndex(i)
                 pids = {p.pid for p in nv.nvmlDeviceGetComputeRunningProcesses(h)}
-                pids |= {p.pid for p in nv.nvmlDeviceGetGraphicsRunningProcesses(h)}
-                out[i] = len(pids)
+                try:
+                    pids |= {p.pid for p in nv.nvmlDeviceGetGraphicsRunningProcesses(h)}
+                except nv.NVMLError as exc:
+                    if not _not_applicable(exc):
+                        raise  # a GPU without a graphics process list just has none
+                out[i] = tuple(sorted(pids))
             return out
         except nv.NVMLError as exc:
             log.warning("NVML cannot list the processes on the GPUs: %s", exc)

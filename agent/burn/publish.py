@@ -1,8 +1,10 @@
 """A burn report as findings and metric samples.
 
-Only PreflightPending and PreflightFailed carry the family "Preflight" (the
-Kubernetes side maps that family to the `<prefix>/preflight` NoSchedule
-taint); a failed periodic re-test is a GPU fault like any other (BurnFailed),
+Only PreflightPending, PreflightFailed and PreflightDeferred carry the family
+"Preflight" (the Kubernetes side maps that family to the `<prefix>/preflight`
+NoSchedule taint; PreflightDeferred is info, which never taints: whether a
+deferred preflight holds the node is PreflightPending's, as
+checks.burn.hold_while_deferred says); a failed periodic re-test is a GPU fault like any other (BurnFailed),
 and a burn that could not run is "unknown", which never moves node state.
 """
 
@@ -24,13 +26,19 @@ PREFLIGHT = "preflight"  # the subject of findings about the preflight as a whol
 # while BurnUnavailable stays visible (a deployment problem to fix, not a
 # reason to keep every GPU node of a fleet out of service).
 BURN = "backend"
-STATES = ("pending", "passed", "failed", "no_gpu", "unavailable", "disabled")
+STATES = ("pending", "deferred", "passed", "failed", "no_gpu", "unavailable", "disabled")
 KINDS = ("preflight", "periodic", "manual")
 
 
 def pending(message: str) -> list[Finding]:
     b = ObservationBuilder(CHECK, CATALOG)
     b.finding(PREFLIGHT, "PreflightPending", message)
+    return list(b.build().findings)
+
+
+def deferred(message: str) -> list[Finding]:
+    b = ObservationBuilder(CHECK, CATALOG)
+    b.finding(PREFLIGHT, "PreflightDeferred", message)
     return list(b.build().findings)
 
 

@@ -21,7 +21,12 @@ def _multiple_of_64(value: int) -> str | None:
 
 @dataclass(frozen=True)
 class BurnConfig(CheckConfig):
-    interval: float = opt(60.0, "How often the check shows the persisted burn result.", duration=True, min=1)
+    interval: float = opt(
+        60.0,
+        "How often the check shows the persisted burn result, and a deferred preflight looks at the GPUs again.",
+        duration=True,
+        min=1,
+    )
     backend: Literal["auto", "builtin", "dcgm"] = opt(
         "auto",
         "builtin: cuda-bindings + cuBLAS (pip install node-health-agent[gpu]); dcgm: dcgmi diag; "
@@ -52,7 +57,16 @@ class BurnConfig(CheckConfig):
         max=1,
     )
     watch_interval: float = opt(1.0, "NVML sampling interval during a burn.", duration=True, min=0.1)
-    preflight: bool = opt(True, "Burn once per boot, at the agent's first start; PreflightPending until it passes.")
+    preflight: bool = opt(
+        True,
+        "Burn once per boot, at the agent's first start, once no GPU has a process or a pod; "
+        "PreflightPending while it runs, PreflightDeferred while it waits.",
+    )
+    hold_while_deferred: bool = opt(
+        False,
+        "While the preflight waits for busy GPUs, also report PreflightPending (the preflight taint: no new pods); "
+        "false: the node keeps taking work until its GPUs are idle.",
+    )
     preflight_force: bool = opt(False, "Burn at every start of the agent, even when this boot already has a result.")
     retest_interval: float = opt(
         0.0, "Burn again this often, when no process uses any GPU; 0s: never.", duration=True, min=0
@@ -97,7 +111,12 @@ def known(paths: HostPaths) -> Iterable[tuple[str, str]]:
     """(subject, reason) pairs the burn exports at 0 from the start."""
     from .runner import pci_gpu_count
 
-    out = [("preflight", "PreflightPending"), ("preflight", "PreflightFailed"), ("backend", "BurnUnavailable")]
+    out = [
+        ("preflight", "PreflightPending"),
+        ("preflight", "PreflightDeferred"),
+        ("preflight", "PreflightFailed"),
+        ("backend", "BurnUnavailable"),
+    ]
     for i in range(pci_gpu_count(paths)):
         out += [(f"gpu{i}", "PreflightFailed"), (f"gpu{i}", "BurnFailed")]
     return out

@@ -58,17 +58,36 @@ def _describe(report: BurnReport) -> str:
 
 
 def sources(ctx: CheckContext, cfg: BurnConfig) -> list[EventSource]:
+    from ..burn.idle import Idleness, pod_lookup
     from ..burn.preflight import Options, PreflightSource
     from ..statedir import StateDir, boot_id
 
-    opts = Options(preflight=cfg.preflight, force=cfg.preflight_force, retest_interval=cfg.retest_interval)
+    opts = Options(
+        preflight=cfg.preflight,
+        force=cfg.preflight_force,
+        retest_interval=cfg.retest_interval,
+        dry_run=ctx.dry_run,
+        hold_while_deferred=cfg.hold_while_deferred,
+        retry=cfg.interval,
+    )
     burner = runner(ctx.paths, cfg, ctx.config.check("gpu"))
-    return [PreflightSource(burner, StateDir(ctx.state_dir), lambda: boot_id(ctx.paths), opts, lambda: known(ctx.paths))]
+    pods = ctx.config.check("gpu_pods")  # where the kubelet's PodResources socket is
+    lookup = (
+        pod_lookup(ctx.paths.root(pods.pod_resources_socket), pods.call_timeout, pods.resource_names)
+        if pods.pod_resources_socket
+        else None
+    )
+    return [
+        PreflightSource(
+            burner, StateDir(ctx.state_dir), lambda: boot_id(ctx.paths), opts, lambda: known(ctx.paths),
+            Idleness(burner.inventory, lookup),
+        )
+    ]
 
 
 SPEC = CheckSpec(
     name="burn",
-    summary="GPU burn test: once per boot before the node takes work (preflight), optionally again when idle.",
+    summary="GPU burn test: once per boot on idle GPUs before the node takes work (preflight), optionally again when idle.",
     config=BurnConfig,
     build=BurnStatusCheck,
     catalog=CATALOG,

@@ -20,7 +20,7 @@ import sys
 from typing import Any
 
 from ..findings import ACTION_TEXT, Severity
-from ..gpu.xid_catalog import classify, lookup
+from ..gpu.xid_catalog import BUCKETS, classify, lookup
 from ..kernel.catalog import CATALOG
 from ..kernel.patterns import DEFAULT, Table, scan_log
 from ..parsers.xid import KIND_DRIVER_LOADED
@@ -160,8 +160,14 @@ def cmd_xid(args: argparse.Namespace) -> int:
         )
     print(f"Xid {info.xid} {info.mnemonic}".rstrip())
     print(f"  meaning:  {info.meaning}")
-    print(f"  severity: {info.severity.value}{' (an application error, not a node fault)' if info.action in ('none', 'restart_app') else ''}")
+    app = info.bucket in ("RESTART_APP", "IGNORE", "WORKFLOW_XID_45")
+    print(f"  severity: {info.severity.value}{' (an application error, not a node fault)' if app else ''}")
     print(f"  action:   {info.action}: {ACTION_TEXT[info.action]}")
     print(f"  NVIDIA resolution bucket: {info.bucket or '(none given)'}")
-    print(f"  finding:  {info.reason}, {'until reboot' if info.action not in ('none', 'restart_app') else 'held for checks.gpu.app_xid_hold'}")
+    why = f"deviation: {info.deviation}" if info.deviation else BUCKETS[info.bucket][2]
+    print(f"  why:      {why}")
+    stays = "until reboot" if info.action not in ("none", "restart_app") else "held for checks.gpu.app_xid_hold"
+    if info.bucket in ("WORKFLOW_NVLINK5_ERR", "XID_154"):
+        stays = "as the action the event grades: until reboot for a reset or reboot, else held for checks.gpu.app_xid_hold"
+    print(f"  finding:  {info.reason}, {stays}")
     return 0

@@ -74,7 +74,7 @@ def build_parser() -> Parser:
     ver.set_defaults(func=cmd_version)
 
     docs = sub.add_parser("docs", help="print a reference table for the README")
-    docs.add_argument("what", choices=("config", "metrics", "reasons", "actions", "patterns"))
+    docs.add_argument("what", choices=("config", "metrics", "reasons", "actions", "patterns", "xids"))
     docs.add_argument("feature", nargs="?", help="only what this feature declares (disk, gpu, kube, …)")
     docs.set_defaults(func=cmd_docs)
 
@@ -178,7 +178,7 @@ def cmd_version(args: argparse.Namespace) -> int:
 def cmd_docs(args: argparse.Namespace) -> int:
     from .. import docs
 
-    if args.feature is not None and args.what in ("actions", "patterns"):
+    if args.feature is not None and args.what in ("actions", "patterns", "xids"):
         raise UsageError(f"docs {args.what}: takes no feature (it is one table)")
     try:
         table = docs.render(args.what, args.feature)

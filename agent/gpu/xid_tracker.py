@@ -6,9 +6,13 @@ same Xid to the kernel log. A new event matches a recent one (within
 ``dedupe_window``) for the same GPU and Xid that its source has not yet
 matched; then it is the same event, seen twice. Each source pairs off one to
 one, so three Xid 13 lines and three NVML events make three events, not one
-or six. A ``GPU … has fallen off the bus`` line counts as Xid 79 and pairs
-with the Xid 79 line and event. Records read from the ring buffer at start
-(the backlog) happened before NVML events were registered, so they never pair.
+or six. A ``GPU … has fallen off the bus`` line (or the driver's three-line
+"… installed in this system has / fallen off the bus …" message) counts as
+Xid 79 and pairs with the Xid 79 line and event. Records read from the ring
+buffer at start (the backlog) happened before NVML events were registered, so
+they never pair with NVML; among themselves they pair the same way (a
+fallen-off-the-bus message with its Xid 79 line, one event), timed by the
+kernel's record time rather than by when they are read, in a table of their own.
 
 How (constant time per event, bounded memory, for Xid storms of thousands of
 lines a second): per GPU and Xid, one queue per source of the times of the
@@ -29,13 +33,14 @@ reboot starts afresh.
 
 from __future__ import annotations
 
+import re
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from ..findings import ACTION_TEXT, Finding, Sample, Severity
+from ..findings import ACTION_TEXT, ACTIONS, Finding, Sample, Severity
 from ..parsers.xid import KIND_DRIVER_LOADED, KIND_FALLEN_OFF_BUS, KIND_SXID, KIND_XID
 from ..statedir import Damaged, integer, number, obj, seq, text
 from .catalog import CATALOG
@@ -53,7 +58,10 @@ PAIR_DEPTH = 64  # unmatched sightings kept per GPU, Xid and source
 MAX_KEYS = 4096  # GPU/Xid pairs with sightings kept
 _SOURCES = ("kmsg", "nvml")
 _SOURCES_79 = ("kmsg", "nvml", "kmsg-fallen")  # a fallen-off-the-bus line is a third sighting of Xid 79
+_BACKLOG_79 = ("kmsg", "kmsg-fallen")  # what pairs in the backlog: no NVML events were registered then
 _MESSAGE_XIDS = NVLINK5_XIDS | {XID_RECOVERY_ACTION}  # Xids whose verdict depends on the line's text, as SXids' does
+_NVLINK5_REASONS = frozenset(f"Xid{x}" for x in NVLINK5_XIDS)
+_SAVED_NONFATAL = re.compile(r"\bNonfatal\s+XC[01]\b")  # "<unit> Nonfatal XC0 i0 Link …" in a saved message
 
 
 class Event(NamedTuple):
@@ -93,6 +101,8 @@ class XidStream:
         self.resets: dict[str, float] = {}  # subject -> CLOCK_MONOTONIC of its latest verified reset
         # (pci, xid) -> source -> times of the sightings that source has not matched yet
         self.unmatched: dict[tuple[str, int], dict[str, deque[float]]] = {}
+        # the same for backlog records, timed by their record time: a fallen-off-the-bus line with its Xid 79 line
+        self.unmatched_backlog: dict[tuple[str, int], dict[str, deque[float]]] = {}
         self._verdicts: dict[tuple[int, int], Verdict | None] = {}
         self.counts: dict[tuple[str, str], int] = {}
         self.source_events: dict[str, int] = {"kmsg": 0, "nvml": 0}
@@ -130,8 +140,12 @@ class XidStream:
             return False
         subject, gpu = self.subject_of(ev.pci, ev.kind)
         if self._duplicate(ev, verdict.xid):
-            if ev.source == "kmsg" and (subject, verdict.reason) in self.active:
-                self.active[(subject, verdict.reason)].message = f"{verdict.title}: {ev.message}"
+            old = self.active.get((subject, verdict.reason))
+            if old is not None and verdict.xid in _MESSAGE_XIDS:
+                # The kernel's line grades what NVML's event could not (144-150: Fatal or Nonfatal; 154: the action).
+                _merge(old, verdict, None if verdict.sticky else ev.at + self.app_hold)
+            if ev.source == "kmsg" and old is not None:
+                old.message = f"{verdict.title}: {ev.message} (action: {ACTION_TEXT[old.action]})"
             return True
         if verdict.reason.startswith("Xid"):
             key = (gpu, metric_label(verdict.xid))
@@ -144,8 +158,8 @@ class XidStream:
         msg = f"{verdict.title}: {ev.message} (action: {ACTION_TEXT[verdict.action]})"
         old = self.active.get((subject, verdict.reason))
         if old is not None:
-            old.severity = max(old.severity, verdict.severity, key=lambda s: s.rank)
-            old.until = None if old.until is None or until is None else max(old.until, until)
+            _merge(old, verdict, until)
+            msg = f"{verdict.title}: {ev.message} (action: {ACTION_TEXT[old.action]})"
             old.message, old.count, old.last = msg, old.count + 1, max(old.last, ev.at)
         else:
             self.active[(subject, verdict.reason)] = Active(verdict.severity, msg, verdict.action, until, last=ev.at)
@@ -164,16 +178,30 @@ class XidStream:
         return v  # type: ignore[return-value]
 
     def _duplicate(self, ev: Event, xid: int) -> bool:
-        if ev.backlog or not ev.pci:
+        if not ev.pci:
             return False
-        now = self.clock()
         token = "kmsg-fallen" if ev.kind == KIND_FALLEN_OFF_BUS else ev.source
-        key = (ev.pci, xid)
-        waiting = self.unmatched.get(key)
+        if ev.backlog:
+            # Only the kernel log has a backlog: its Xid 79 line and its fallen-off-the-bus message pair.
+            if xid != XID_FALLEN_OFF_BUS or token not in _BACKLOG_79:
+                return False
+            return self._pair(self.unmatched_backlog, (ev.pci, xid), token, _BACKLOG_79, ev.at)
+        others = _SOURCES_79 if xid == XID_FALLEN_OFF_BUS else _SOURCES
+        return self._pair(self.unmatched, (ev.pci, xid), token, others, self.clock())
+
+    def _pair(
+        self,
+        table: dict[tuple[str, int], dict[str, deque[float]]],
+        key: tuple[str, int],
+        token: str,
+        sources: tuple[str, ...],
+        now: float,
+    ) -> bool:
+        waiting = table.get(key)
         if waiting is None:
-            if len(self.unmatched) >= MAX_KEYS:
-                self._prune(now)
-            waiting = self.unmatched[key] = {}
+            if len(table) >= MAX_KEYS:
+                self._prune(now, table)
+            waiting = table[key] = {}
         else:
             mine = waiting.get(token)
             if mine:
@@ -182,7 +210,7 @@ class XidStream:
                 if mine:
                     mine.popleft()  # the oldest sighting this source had not matched: the same event
                     return True
-        for other in _SOURCES_79 if xid == XID_FALLEN_OFF_BUS else _SOURCES:
+        for other in sources:
             if other != token:
                 q = waiting.get(other)
                 if q is None:
@@ -190,15 +218,16 @@ class XidStream:
                 q.append(now)
         return False
 
-    def _prune(self, now: float) -> None:
+    def _prune(self, now: float, table: dict[tuple[str, int], dict[str, deque[float]]] | None = None) -> None:
         """Makes room for a new GPU/Xid pair: drops those with nothing left to
         pair within the window, else the oldest half (insertion order)."""
-        stale = [k for k, w in self.unmatched.items() if not any(q and now - q[-1] <= self.window for q in w.values())]
+        table = self.unmatched if table is None else table
+        stale = [k for k, w in table.items() if not any(q and now - q[-1] <= self.window for q in w.values())]
         for k in stale:
-            del self.unmatched[k]
-        if len(self.unmatched) >= MAX_KEYS:
-            for k in list(self.unmatched)[: MAX_KEYS // 2]:
-                del self.unmatched[k]
+            del table[k]
+        if len(table) >= MAX_KEYS:
+            for k in list(table)[: MAX_KEYS // 2]:
+                del table[k]
 
     def _driver_loaded(self) -> bool:
         # A driver (re)load resets every GPU: what needed a GPU reset is done.
@@ -267,11 +296,23 @@ class XidStream:
         """Restores what `to_json` wrote (validated by `check_saved`)."""
         self.cursor = data.get("cursor")
         for s, r, sev, msg, action, until, count, *last in data.get("active", []):
-            self.active[(s, r)] = Active(Severity(sev), msg, action, until, count, last[0] if last else 0.0)
+            at = last[0] if last else 0.0
+            if r in _NVLINK5_REASONS and action == "reset_gpu" and _SAVED_NONFATAL.search(msg):
+                # Saved by an agent before 144-150 were graded by the line: a Nonfatal one asks for nothing.
+                action, until = "none", (at or self.clock()) + self.app_hold
+            self.active[(s, r)] = Active(Severity(sev), msg, action, until, count, at)
         self.counts = {(g, x): n for g, x, n in data.get("counts", [])}
         self.lost, self.gaps = data.get("lost", 0), data.get("gaps", 0)
         self.not_kernel = data.get("not_kernel", 0)
         self.coverage_until, self.coverage_message = data.get("coverage", [0.0, ""])
+
+
+def _merge(old: Active, verdict: Verdict, until: float | None) -> None:
+    """One more event for an active finding: the worse severity, the stronger action
+    (later in ACTIONS), and the longer hold."""
+    old.severity = max(old.severity, verdict.severity, key=lambda s: s.rank)
+    old.action = max(old.action, verdict.action, key=ACTIONS.index)
+    old.until = None if old.until is None or until is None else max(old.until, until)
 
 
 def check_saved(raw: Any) -> dict[str, Any]:

@@ -134,3 +134,49 @@ def test_xid_events_not_supported_is_a_note(nvml: FakeNvml) -> None:
     sampled(w, 0, 1)
     s = w.stop(timeout=5)
     assert s[0].problems == () and any("Xid events not available" in n for n in s[0].notes)
+
+
+# ------------------------------------------------------------------ who uses the GPUs (the preflight's idleness)
+
+
+def test_processes_are_listed_by_pid_compute_and_graphics_together(nvml: FakeNvml) -> None:
+    nvml.scenario.gpu(1, procs="4242:1024 77:2048", gprocs="77:1").gpu(0, gprocs="NS")
+    assert NvmlInventory(nvml.lib).processes() == {0: (), 1: (77, 4242)}
+
+
+def test_processes_that_nvml_cannot_list_are_none(nvml: FakeNvml) -> None:
+    nvml.scenario.gpu(0, procs="ERR 999")  # NVML_ERROR_UNKNOWN
+    assert NvmlInventory(nvml.lib).processes() is None
+
+
+def test_idleness_joins_nvml_and_the_kubelet_and_fails_closed(nvml: FakeNvml, tmp_path: Path) -> None:
+    import tempfile
+
+    from fakekubelet import FakeKubelet
+
+    from agent.burn.idle import Idleness, pod_lookup
+
+    inventory = NvmlInventory(nvml.lib)
+    gpus = inventory.gpus()
+    assert gpus is not None
+    sock = tempfile.mkdtemp(prefix="nha-", dir="/tmp") + "/kubelet.sock"  # a unix socket path has 108 bytes
+    idle = Idleness(inventory, pod_lookup(sock, call_timeout=1.0))
+    assert idle.occupancy(gpus).idle, "no socket: not asked; no process: idle"
+    nvml.scenario.gpu(0, procs="4242:1024")
+    assert idle.occupancy(gpus).describe() == "GPU 0: pid 4242"
+    nvml.scenario.gpu(0, procs="")
+    uuid1 = str(nvml.scenario.gpus[1]["uuid"])
+    pods = [("ml", "train-0", {"main": [("nvidia.com/gpu", [f"{uuid1}::2"])]}), ("x", "nic", {"c": [("example.com/nic", ["n0"])]})]
+    with FakeKubelet(sock, pods) as kubelet:
+        occ = idle.occupancy(gpus)
+        assert not occ.idle and occ.describe() == "GPU 1: pod ml/train-0"
+        kubelet.set_pods(pods[1:])
+        assert idle.occupancy(gpus).idle, "a pod without a GPU does not make the node busy"
+        kubelet.fail("UNAVAILABLE", "shutting down")
+        occ = idle.occupancy(gpus)
+        assert not occ.idle and "PodResources" in occ.unknown and "shutting down" in occ.unknown
+        kubelet.fail(None)
+        kubelet.hang()
+        occ = idle.occupancy(gpus)
+        kubelet.hang(False)
+        assert not occ.idle and "did not answer in time" in occ.unknown

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 from agentproc import wait_for
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from burnfakes import FakeBackend, FakeInventory, FakeWatch, good, gpus
 
 from agent.burn.model import BurnPlan, Fault, GpuOutcome, Problem
@@ -61,6 +63,7 @@ class Host:
             backends=[self.backend],
             watch=lambda: self.watch,
         )
+        opts = {"settle": 0.05, "retry": 0.1, **opts}
         src = PreflightSource(runner, self.state, lambda: self.boot, Options(**opts), list)  # type: ignore[arg-type]
         rec = Recorder()
         src.start(rec)
@@ -197,12 +200,13 @@ def test_disabled_preflight_does_not_burn(host: Host) -> None:
 
 def test_periodic_retest_waits_for_idle_gpus(host: Host, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("agent.burn.preflight.BUSY_RETRY", 0.2)
-    host.inventory.busy = {1: 1}
     _, rec = host.start(retest_interval=0.3)
     host.settle(rec, 2)
     wait_for(lambda: host.backend.started == 1, what="the preflight")
+    host.inventory.busy = {1: 1}
+    polls = host.inventory.process_polls
     # Positive proof that re-tests came due and were postponed: three busy checks (0.3 s interval, 0.2 s retry).
-    wait_for(lambda: host.inventory.process_polls >= 3, timeout=10, what="three busy checks")
+    wait_for(lambda: host.inventory.process_polls >= polls + 3, timeout=10, what="three busy checks")
     assert host.backend.started == 1, "re-tested while a process used GPU 1"
     host.backend.outcomes = {0: good(0, flops=200e12), 1: good(1), 2: good(2)}
     host.inventory.busy = {}
@@ -218,4 +222,180 @@ def test_no_retest_after_a_failed_preflight(host: Host) -> None:
     host.settle(rec, 2)
     # The re-test loop decides once its first interval is due, and returns for good: its thread ends.
     wait_for(lambda: not src._thread.is_alive(), timeout=10, what="the re-test loop to give up")
-    assert host.backend.started == 1 and host.inventory.process_polls == 0
+    # two looks at the GPUs by the preflight (before PreflightPending and just before the burn), none by a re-test
+    assert host.backend.started == 1 and host.inventory.process_polls == 2
+
+
+# ------------------------------------------------------------------ never under live work (issue 24 item 2)
+
+
+class Pods:
+    """A stand-in for the kubelet's PodResources: what `lookup` answers, and how often it was asked."""
+
+    def __init__(self, answer: list[tuple[int | None, str]] | None | Exception = None) -> None:
+        self.answer = answer
+        self.calls = 0
+        self.after: list[tuple[int | None, str]] | None = None  # the answer from the second call on
+
+    def __call__(self, gpus: Sequence[object]) -> list[tuple[int | None, str]] | None:
+        self.calls += 1
+        answer = self.after if self.after is not None and self.calls > 1 else self.answer
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+
+def start_with(host: Host, pods: Pods | None = None, **opts: object) -> tuple[PreflightSource, Recorder]:
+    from agent.burn.idle import Idleness
+
+    src, rec = host.start(**opts)
+    src.idle = Idleness(host.inventory, pods)
+    return src, rec
+
+
+def deferred_message(rec: Recorder) -> str:
+    wait_for(lambda: any(f.reason == "PreflightDeferred" for c in rec.calls for f in c[0]), what="PreflightDeferred")
+    [f] = [f for c in rec.calls for f in c[0] if f.reason == "PreflightDeferred"][-1:]
+    assert f.severity is Severity.INFO and f.subject == "preflight"
+    return f.message
+
+
+def test_a_process_on_one_gpu_defers_the_whole_node_until_it_is_gone(host: Host) -> None:
+    host.inventory.busy = {1: 2}
+    _, rec = host.start()
+    msg = deferred_message(rec)
+    assert "GPU 1: pid 4242, pid 4243" in msg and "GPU 0" not in msg
+    wait_for(lambda: host.inventory.process_polls >= 4, what="the GPUs looked at again")
+    assert host.backend.started == 0, "burned beside a live process"
+    # hold_while_deferred is off: the node is not held while it waits (no PreflightPending, state deferred)
+    assert all(f.reason != "PreflightPending" for c in rec.calls for f in c[0]) and rec.state() == "deferred"
+    host.inventory.busy = {}
+    wait_for(lambda: host.backend.started == 1, what="the burn once the GPUs are idle")
+    wait_for(lambda: rec.state() == "passed", what="passed")
+    assert rec.reasons() == []
+    saved = host.state.load(BURN_FILE)
+    assert saved is not None and saved.preflight is not None and saved.preflight.status == "pass"
+
+
+def test_hold_while_deferred_keeps_the_node_held(host: Host) -> None:
+    host.inventory.busy = {0: 1}
+    _, rec = host.start(hold_while_deferred=True)
+    deferred_message(rec)
+    wait_for(lambda: ("preflight", "PreflightPending") in rec.reasons(), what="PreflightPending beside PreflightDeferred")
+    assert ("preflight", "PreflightDeferred") in rec.reasons() and host.backend.started == 0
+    assert rec.reasons(0) == [("preflight", "PreflightPending")], "held from the start"
+    host.inventory.busy = {}
+    wait_for(lambda: rec.state() == "passed", what="passed")
+    assert rec.reasons() == [] and host.backend.started == 1
+
+
+def test_an_allocated_pod_defers_even_without_a_process(host: Host) -> None:
+    pods = Pods([(0, "ml/train-0"), (None, "ml/odd-device")])
+    _, rec = start_with(host, pods)
+    msg = deferred_message(rec)
+    assert "GPU 0: pod ml/train-0" in msg and "a GPU not listed here: pod ml/odd-device" in msg
+    assert host.backend.started == 0
+    pods.answer = []
+    wait_for(lambda: host.backend.started == 1, what="the burn once no pod holds a GPU")
+
+
+def test_a_kubelet_that_cannot_answer_counts_as_busy(host: Host) -> None:
+    from agent.gpu.podresources import PodResourcesError
+
+    pods = Pods(PodResourcesError("the kubelet did not answer in time"))
+    _, rec = start_with(host, pods)
+    msg = deferred_message(rec)
+    assert "cannot tell whether the GPUs are in use" in msg and "did not answer in time" in msg
+    wait_for(lambda: pods.calls >= 3, what="asked again")
+    assert host.backend.started == 0
+    pods.answer = None  # the socket is gone: not a Kubernetes node any more, NVML alone decides
+    wait_for(lambda: host.backend.started == 1, what="the burn")
+
+
+def test_nvml_that_cannot_list_processes_counts_as_busy(host: Host, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(host.inventory, "processes", lambda: None)
+    _, rec = host.start()
+    assert "NVML is not available to list the GPUs' processes" in deferred_message(rec)
+    wait_for(lambda: rec.state() == "deferred", what="state deferred")
+    assert host.backend.started == 0
+
+
+def test_a_pod_that_lands_after_pending_is_seen_just_before_the_burn(host: Host) -> None:
+    pods = Pods([])
+    pods.after = [(1, "ml/late")]  # idle at the first look, busy at the look just before the burn
+    _, rec = start_with(host, pods)
+    msg = deferred_message(rec)
+    assert "GPU 1: pod ml/late" in msg and host.backend.started == 0
+    assert rec.reasons(0) == [("preflight", "PreflightPending")]  # held while it settled
+    wait_for(lambda: rec.state() == "deferred", what="back to deferred")
+    assert ("preflight", "PreflightPending") not in rec.reasons()
+
+
+def test_dry_run_never_burns_and_says_what_it_would_do(host: Host) -> None:
+    src, rec = host.start(dry_run=True, retest_interval=0.1)
+    msg = deferred_message(rec)
+    assert msg.startswith("dry run: the boot-time GPU burn is not started") and "would burn 2 GPU(s) now" in msg
+    assert rec.state() == "deferred"
+    wait_for(lambda: not src._thread.is_alive(), what="the source's thread to end (no re-test in a dry run)")
+    assert host.backend.started == 0 and host.state.load(BURN_FILE) is None
+    host.inventory.busy = {0: 1}
+    _, rec2 = host.start(dry_run=True)
+    assert "would wait: GPU 0: pid 4242" in deferred_message(rec2) and host.backend.started == 0
+
+
+def test_dry_run_shows_a_result_this_boot_already_has(host: Host) -> None:
+    first, rec = host.start()
+    host.settle(rec, 2)
+    first.stop()
+    _, rec2 = host.start(dry_run=True)
+    host.settle(rec2, 1)
+    assert rec2.reasons(0) == [] and rec2.state(0) == "passed" and host.backend.started == 1
+
+
+class Script:
+    """An idleness probe answering from a script: True idle, False busy; it records each answer."""
+
+    def __init__(self, answers: list[bool]) -> None:
+        self.answers, self.given = list(answers), []  # type: list[bool]
+
+    def occupancy(self, gpus: Sequence[object]) -> object:
+        from agent.burn.idle import Occupancy
+
+        idle = self.answers.pop(0) if self.answers else True
+        self.given.append(idle)
+        return Occupancy() if idle else Occupancy({0: ("pid 1",)})
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.booleans(), max_size=12))
+def test_the_burn_starts_only_after_two_idle_looks_in_a_row(tmp_path_factory: pytest.TempPathFactory, answers: list[bool]) -> None:
+    """Whatever the GPUs do between looks, `_wait_idle` returns (and the burn starts) only
+    right after an idle look that followed an idle look (the one before PreflightPending and the
+    one just before the burn), and it reports PreflightPending only after an idle look."""
+    host = Host(tmp_path_factory.mktemp("p"))
+    runner = Runner(Settings(plan=BurnPlan(seconds=0.1)), HostPaths(), inventory=host.inventory,
+                    backends=[host.backend], watch=lambda: host.watch)  # fmt: skip
+    src = PreflightSource(runner, host.state, lambda: "b", Options(settle=0, retry=0), list)  # type: ignore[arg-type]
+    probe = Script(answers)
+    src.idle = probe  # type: ignore[assignment]
+    rec = Recorder()
+    from agent.burn.preflight import BurnState
+
+    found = src._wait_idle(rec, BurnState("b"))
+    assert len(found.gpus) == 2 and host.backend.started == 0  # _wait_idle itself never burns
+    # The model: an idle look reports PreflightPending and is followed by the look just before the
+    # burn; only an idle one there starts it; a busy look at either place waits and starts again.
+    looks, pendings, i, script = 0, 0, 0, answers + [True] * 2
+    while True:
+        looks += 1
+        if not script[i]:
+            i += 1
+            continue
+        pendings += 1
+        looks += 1
+        if script[i + 1]:
+            break
+        i += 2
+    assert probe.given == script[:looks] and probe.given[-2:] == [True, True]
+    reported = sum(1 for c in rec.calls if ("preflight", "PreflightPending") in [(f.subject, f.reason) for f in c[0]])
+    assert reported == pendings

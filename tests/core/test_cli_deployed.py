@@ -95,7 +95,12 @@ REPORTS = {
 def _daemon_findings(state: StateDir) -> list[Finding]:
     """What the daemon's preflight source publishes for the recorded burn of this boot."""
     published: list[list[Finding]] = []
-    src = PreflightSource(None, state, lambda: BOOT, Options(), lambda: ())  # type: ignore[arg-type]
+    from types import SimpleNamespace
+
+    from agent.burn.idle import Idleness
+
+    runner = SimpleNamespace(inventory=None)  # never asked: only the recorded result is published
+    src = PreflightSource(runner, state, lambda: BOOT, Options(), lambda: (), Idleness(None))  # type: ignore[arg-type]
     src._publish(lambda findings, samples: published.append(list(findings)), BurnState.load(state, BOOT))
     return published[-1]
 

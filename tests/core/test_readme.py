@@ -64,6 +64,7 @@ def test_every_features_reasons_and_metrics_have_their_table_in_docs() -> None:
     }
     assert wanted <= found, f"no generated table in docs/ for {sorted(wanted - found)}"
     assert ("actions", None) in found, "docs/gpu.md: the Xid catalog by action"
+    assert ("xids", None) in found, "docs/gpu.md: every Xid, its bucket, severity and action"
 
 
 def _outside_blocks(text: str) -> str:
@@ -103,7 +104,7 @@ def test_ci_runs_the_readme_test_command() -> None:
     assert m.group(1).strip() in (ROOT / ".ci" / "run").read_text()
 
 
-@pytest.mark.parametrize("what", ["config", "metrics", "reasons", "actions", "patterns"])
+@pytest.mark.parametrize("what", ["config", "metrics", "reasons", "actions", "patterns", "xids"])
 def test_docs_command_renders(what: str) -> None:
     assert docs.render(what).startswith("| ")
 

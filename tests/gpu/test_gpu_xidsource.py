@@ -218,3 +218,30 @@ def test_a_verified_reset_clears_that_gpus_reset_xids_for_good_until_a_new_one(s
     log.add(XID119)
     out2.wait(lambda o: ("gpu0", "Xid119") in o.active())
     assert out2.value("node_health_gpu_xid_errors_total", gpu="0", xid="119") == 2
+
+
+FALLEN_3_LINES = (
+    "NVRM: The NVIDIA GPU 0000:28:00.0",
+    "NVRM: (PCI ID: 10de:2330) installed in this system has",
+    "NVRM: fallen off the bus and is not responding to commands.",
+)
+XID79_GPU1 = "NVRM: Xid (PCI:0000:28:00): 79, GPU has fallen off the bus."
+
+
+@pytest.mark.parametrize("when", ["backlog", "live"])
+def test_a_gpu_falling_off_the_bus_counts_once_from_the_backlog_and_live(start, scenario, log: Log, when: str) -> None:
+    """The driver's three-line "fallen off the bus" message and its Xid 79 line
+    are one event, read from the ring buffer at start or as they come."""
+    scenario.set([])
+    lines = [XID79_GPU1, *FALLEN_3_LINES]
+    if when == "backlog":
+        for line in lines:
+            log.add(line)
+    _, out = start()
+    if when == "live":
+        out.wait(lambda o: o.emits >= 1)
+        for line in lines:
+            log.add(line)
+    out.wait(lambda o: o.value("node_health_kmsg_records_read_total") == 4 and ("gpu1", "Xid79") in o.active())
+    assert out.value("node_health_gpu_xid_errors_total", gpu="1", xid="79") == 1
+    assert out.active()[("gpu1", "Xid79")] is Severity.CRITICAL

@@ -90,6 +90,33 @@ def test_backlog_never_pairs_with_live_events() -> None:
     assert xid_count(s) == 2
 
 
+@pytest.mark.parametrize("backlog", [False, True], ids=["live", "backlog"])
+@pytest.mark.parametrize("fallen_first", [False, True], ids=["xid line first", "fallen line first"])
+def test_a_gpu_falling_off_the_bus_is_one_event_live_and_from_the_backlog(backlog: bool, fallen_first: bool) -> None:
+    """The driver's fallen-off-the-bus message and its Xid 79 line are one event,
+    whether read as they happen or from the ring buffer at start; the backlog
+    pairs by the records' own times (1 s apart here, read at the same moment)."""
+    c = Clock()
+    s = stream(c)
+    lines = [(KIND_XID, 79), (KIND_FALLEN_OFF_BUS, 0)]
+    for i, (kind, xid) in enumerate(reversed(lines) if fallen_first else lines):
+        at = 500.0 + i if backlog else c.now
+        s.add(Event("kmsg", kind, xid, PCI, "m", at, backlog))
+        if not backlog:
+            c.now += 1
+    assert xid_count(s) == 1 and active(s) == {("gpu3", "Xid79"): Severity.CRITICAL}
+
+
+def test_backlog_pairs_only_within_the_window_of_the_records_times() -> None:
+    c = Clock()
+    s = stream(c)
+    s.add(Event("kmsg", KIND_XID, 79, PCI, "m", 100.0, True))
+    s.add(Event("kmsg", KIND_FALLEN_OFF_BUS, 0, PCI, "m", 300.0, True))  # 200 s later: another fall
+    s.add(Event("kmsg", KIND_XID, 13, PCI, "m", 300.0, True))
+    s.add(Event("kmsg", KIND_XID, 13, PCI, "m", 300.0, True))  # the backlog has one source: two 13s are two
+    assert xid_count(s) == 2 and xid_count(s, "13") == 2
+
+
 def test_application_xid_expires_after_its_hold_sticky_one_stays() -> None:
     c = Clock()
     s = stream(c)
@@ -197,14 +224,18 @@ def test_every_special_xid_is_in_the_catalog() -> None:
 def _reference_duplicates(events: list[tuple[float, str, int, int, str, bool]], window: float) -> list[bool]:
     """The pairing as it was first written (a scan of every sighting of the
     window for each event), kept here as the specification."""
-    recent: list[tuple[str, int, float, set[str]]] = []
+    live: list[tuple[str, int, float, set[str]]] = []
+    old: list[tuple[str, int, float, set[str]]] = []  # the backlog's own (only its 79 and fallen lines pair)
     out = []
     for now, source, kind, xid, pci, backlog in events:
-        recent = [r for r in recent if now - r[2] <= window]
+        live = [r for r in live if now - r[2] <= window]
+        old = [r for r in old if now - r[2] <= window]
         token = "kmsg-fallen" if kind == KIND_FALLEN_OFF_BUS else source
         xid = 79 if kind == KIND_FALLEN_OFF_BUS else xid
         dup = False
-        if not backlog and pci:
+        pairs = not backlog or (xid == 79 and token in ("kmsg", "kmsg-fallen"))
+        recent = old if backlog else live
+        if pairs and pci:
             for r in recent:
                 if r[0] == pci and r[1] == xid and token not in r[3]:
                     r[3].add(token)

@@ -120,9 +120,12 @@ class FakeInventory:
     def gpus(self) -> list[GpuInfo] | None:
         return None if self.listed is None else list(self.listed)
 
-    def processes(self) -> Mapping[int, int] | None:
+    def processes(self) -> Mapping[int, tuple[int, ...]] | None:
+        """`busy` counts processes per GPU; their PIDs are 4242, 4243, …"""
         self.process_polls += 1
-        return None if self.listed is None else {g.index: self.busy.get(g.index, 0) for g in self.listed}
+        if self.listed is None:
+            return None
+        return {g.index: tuple(range(4242, 4242 + self.busy.get(g.index, 0))) for g in self.listed}
 
 
 def sysfs(tmp: Path, devices: dict[str, tuple[str, str]]) -> Path:
