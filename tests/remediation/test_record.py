@@ -171,9 +171,9 @@ def test_remediation_status_leaves_the_state_dir_byte_identical(tmp_path, conten
 def test_selftest_and_config_show_leave_the_state_dir_byte_identical(tmp_path):
     state = tmp_path / "state"
     state.mkdir()
-    (state / "remediation.json").write_bytes(b"{damaged")
-    (state / "gpu-inventory.json").write_bytes(b"[1, 2")
-    (state / "edac.json").write_bytes(b"")
+    for name in ("remediation.json", "edac.json", "gpu-inventory.json", "kernel-log.json", "network-interfaces.json", "burn.json",
+                 "gpu-poll.json", "xid-stream.json", "gpu-resets.json", "infiniband.json"):
+        (state / name).write_bytes(b"{damaged")  # every file a check reads at start: none is set aside
     cfg = tmp_path / "agent.toml"
     cfg.write_text(f'[agent]\nstate_dir = "{state}"\n')
     before = _digest(state)
