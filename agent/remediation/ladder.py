@@ -221,13 +221,24 @@ class Ladder:
             self._save()
 
     def _other_boot(self) -> None:
-        """An episode's times of another boot start their waits again (later, never sooner)."""
+        """An episode of another boot never shortens a wait. Before its act (claim, drain, reset, hold, reboot,
+        retire) or after a reset, it is dropped (its slot released): the fault, if it stands here, stands its
+        time in this boot first (a cloned disk, a restored state dir, a reboot nobody asked for). After a
+        requested reboot ("rebooting": `_rebooting` sees the new boot) it goes on; settle starts again."""
         ep = self.rec.episode
         if ep is None or ep.step_boot == self.boot or ep.step == "rebooting":
             return
-        log.info("remediation: the record's %s step was timed in another boot; its waits start again", ep.step)
-        self.rec.episode = replace(ep, step_at=self.now, step_boot=self.boot,
-                                   retry_at=self.now + REBOOT_RETRY if ep.retry_at else 0.0)
+        if ep.step in ("settle", "release"):
+            log.info("remediation: the record's %s step was timed in another boot; its wait starts again", ep.step)
+            self.rec.episode = replace(ep, step_at=self.now, booted_at=self.now, step_boot=self.boot)
+            self._save()
+            return
+        log.warning("remediation: the record's episode for %s (at %s) is of another boot: it starts again in this "
+                    "one, after the fault has stood its time here", ep.key, ep.step)
+        if ep.slot:
+            self.cluster.release_slot(self.now)  # ApiError/Wait: the record is unchanged, tried again
+        self.rec.episode = None
+        self.failed = {}
         self._save()
 
     def _stood(self) -> None:

@@ -268,3 +268,26 @@ def test_observe_and_dry_run_produce_only_would_series_and_no_event(tmp_path, mo
     assert {s[2] for s in series if s[0] in ("node_health_remediation_reboots", "node_health_remediation_retired")} == {0}
     assert cluster.events == [] and host.calls == [] and ladder.counts == {}
     assert [c for c in getattr(cluster, "calls", []) if c[0] != "renew"] == []
+
+
+@pytest.mark.parametrize("step", ["claim", "drain", "reboot", "retire", "reset_gpu", "verify", "resetting"])
+def test_an_episode_of_another_boot_starts_again_after_the_fault_stood_its_time_here(tmp_path, step):
+    """A restored state dir holds an episode of another boot before its act: the 1-second-old fault of this boot
+    is not drained, reset or rebooted for at once; the episode's slot is given back."""
+    import json
+
+    cfg, clock = enforce(reboot_after="10m", reset_gpu_after="10m", rma_after="10m"), Clock()
+    host, cluster = FakeHost(cfg), FakeCluster()
+    cluster.held, cluster.slots = True, 0
+    ep = {"key": "gpu/gpu0/XidCritical79", "action": "reboot", "subject": "gpu0", "step": step, "started": 1.0,
+          "step_at": 5.0, "uuid": "GPU-aaaa", "gpu": "0", "slot": True, "boot_id": "boot-0", "step_boot": "boot-0"}
+    (tmp_path / "remediation.json").write_text(json.dumps({"version": 1, "episode": ep, "seen": {ep["key"]: 1.0},
+                                                           "seen_boot": "boot-0"}))
+    ladder = make(tmp_path, cfg, host=host, cluster=cluster, clock=clock, users=Users({"GPU-aaaa": frozenset({"uid-a"})}))
+    ladder.tick(fault_list(REBOOT))
+    clock.t += 1
+    ladder.tick(fault_list(REBOOT))
+    assert host.calls == [] and cluster.count("drain") == 0 and not cluster.held and ladder.step == "idle"
+    clock.t += 600
+    ladder.tick(fault_list(REBOOT))
+    assert cluster.count("drain") == 1 and host.count("reboot") == 1, "after its standing time in this boot"
