@@ -132,8 +132,11 @@ class Ladder:
         if self.suspect is None:
             self.suspect = set(self.present) if self.damaged else set()
             if self.suspect:
-                log.error("remediation record was damaged: no reboot for the faults standing now (%s)", ", ".join(sorted(self.suspect)))
+                log.error("remediation record was damaged: nothing is done for the faults standing now (%s)", ", ".join(sorted(self.suspect)))
         self.suspect &= set(self.present)
+        if self.suspect:  # a record that could not be read never leads to an action: nothing for those faults
+            self._wait("record", f"the remediation record was damaged: nothing is done for {', '.join(sorted(self.suspect))}, "
+                       "which stood before it was lost (until it clears)")
         if self.rec.unretire and self._cause("retire") is None:  # observe, dry run, kill switch: not yet
             self.cluster.set_retired(False, "un-retired by an operator (agent remediation unretire)")  # + its event
             log.warning("remediation: the node was un-retired by an operator; reboot history cleared")
@@ -309,7 +312,7 @@ class Ladder:
     def _start(self) -> None:
         due = []
         for f in self.present.values():
-            if f.key in self.rec.handled:
+            if f.key in self.rec.handled or f.key in (self.suspect or ()):
                 continue
             after = {"reset_gpu": self.cfg.reset_gpu_after, "reboot": self.cfg.reboot_after,
                      "drain_and_diagnose": self.cfg.drain_after, "rma": self.cfg.rma_after}[f.action]
@@ -351,7 +354,10 @@ class Ladder:
         """A stronger fault arrived before the act: it takes the episode over (a reboot cures a reset fault too)."""
         if ep.step not in ("claim", "drain", "reset_gpu", "hold"):
             return False
-        best = min(self.present.values(), key=lambda f: (-RANK[EPISODE[f.action]], f.key))
+        options = [f for f in self.present.values() if f.key not in (self.suspect or ())]
+        if not options:
+            return False
+        best = min(options, key=lambda f: (-RANK[EPISODE[f.action]], f.key))
         if RANK[EPISODE[best.action]] > RANK[ep.action]:
             log.warning("remediation: %s (%s) takes over from %s (%s)", best.key, best.action, ep.key, ep.action)
             ep.key, ep.action, ep.subject, ep.scope = best.key, EPISODE[best.action], best.subject, "node"
