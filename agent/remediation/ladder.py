@@ -567,7 +567,7 @@ class Ladder:
         return False
 
     def _retire(self, ep: Episode) -> bool:
-        if self._blocked(ep, "retire"):
+        if self._blocked(ep, "retire", fresh=True):
             return False
         why = ep.note or f"{ep.key} needs hardware (action rma)"
         # the condition, the label and the NodeRetired event (the contract's set_retired)
@@ -586,12 +586,13 @@ class Ladder:
         return False
 
     def _retired(self, r: Retired) -> None:
-        if self.cfg.retire.command and not r.command_done and not self._cause("retire"):
+        if self.cfg.retire.command and not r.command_done and not self._cause("retire") and self.go_ahead() is None:
             r.command_done = True  # recorded first: run once, even if the agent dies while it runs
             self._save()
             self._ran("retire", self.host.retire_command())
         off = self.cfg.retire.power_off_after
-        if off > 0 and not r.powered_off and self._since(r.boot_id, r.up, r.at) >= off and not self._cause("retire"):
+        if (off > 0 and not r.powered_off and self._since(r.boot_id, r.up, r.at) >= off and not self._cause("retire")
+                and self.go_ahead() is None):
             r.powered_off = True
             self._save()
             log.error("powering the retired node off (%.0fs after it was retired)", off)

@@ -206,6 +206,27 @@ def test_the_kill_switch_is_read_again_immediately_before_each_host_changing_com
     assert value(ladder, "node_health_remediation_would", action="reboot", cause="kill_switch") == 1
 
 
+def test_the_kill_switch_read_again_stops_a_retirement_and_the_power_off(tmp_path):
+    cfg, clock = enforce(retire={"command": ["/bin/true"], "power_off_after": "1h"}), Clock()
+    host, cluster = FakeHost(cfg), FakeCluster()
+    stop: list[str] = []
+    ladder = make(tmp_path, cfg, host=host, cluster=cluster, clock=clock, go_ahead=lambda: stop[0] if stop else None)
+    stop.append("kill_switch")
+    ladder.tick(fault_list(RMA))
+    assert not cluster.retired and cluster.count("drain") == 0
+    stop.clear()
+    ladder.tick(fault_list(RMA))
+    ladder.tick(fault_list(RMA))  # the retire command runs on the tick after the retirement
+    assert cluster.retired and host.count("retire_command") == 1
+    stop.append("kill_switch")
+    clock.t += 7200
+    ladder.tick(fault_list(RMA))
+    assert host.count("power_off") == 0
+    stop.clear()
+    ladder.tick(fault_list(RMA))
+    assert host.count("power_off") == 1
+
+
 def test_a_reboot_that_never_came_releases_the_slot_after_the_overdue_time_and_says_so(tmp_path):
     cfg, clock = enforce(), Clock()
     host, cluster = FakeHost(cfg), FakeCluster()
