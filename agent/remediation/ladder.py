@@ -272,6 +272,7 @@ class Ladder:
                 log.warning("%s came back after the reboot of %s: an uncured reboot", key, _utc(last.at))
         handled = {k: b for k, b in self.rec.handled.items() if k in self.present and b == self.boot}
         resets = {k: b for k, b in self.rec.resets.items() if b == self.boot}
+        self.rec.reset_counts = {k: n for k, n in self.rec.reset_counts.items() if k in resets}
         window = self.cfg.retire.window
         reboots = [r for r in self.rec.reboots if self._since(r.boot_id, r.up, r.at) <= window]
         if changed or handled != self.rec.handled or resets != self.rec.resets or len(reboots) != len(self.rec.reboots):
@@ -325,9 +326,9 @@ class Ladder:
                      step_at=self.now, uuid=f.uuid, gpu=f.gpu, pci=f.pci, scope="gpu" if f.action == "reset_gpu" else "node",
                      step_boot=self.boot)
         log.warning("remediation: %s (%s) has stood %.0fs: %s", f.key, f.action, self.now - self.first_seen[f.key], f.message)
-        if f.action == "reset_gpu" and f.uuid and self.rec.resets.get(f.uuid) == self.boot:
-            ep.action, ep.scope = "reboot", "node"  # one reset per GPU per boot: as a failed reset does
-            ep.note = f"{f.key}: GPU {f.uuid} was reset once in this boot already (at most one reset per GPU per boot)"
+        if f.action == "reset_gpu" and f.uuid and self._resets(f.uuid) >= self.cfg.gpu_reset.max_per_boot:
+            ep.action, ep.scope = "reboot", "node"  # the resets of this GPU in this boot are spent: as a failed reset
+            ep.note = f"{f.key}: {self._spent(f.uuid)}"
             log.error("remediation: %s; escalating to a reboot", ep.note)
             self._event("RemediationEscalated", f"{ep.note}; escalating to a reboot", warning=True)
         self.rec.episode = ep
@@ -426,8 +427,8 @@ class Ladder:
         gr = self.cfg.gpu_reset
         if not ep.uuid:
             return self._escalate(ep, f"the UUID of {ep.subject} is unknown: cannot reset it")
-        if self.rec.resets.get(ep.uuid) == self.boot:
-            return self._escalate(ep, f"GPU {ep.uuid} was reset once in this boot already (at most one reset per GPU per boot)")
+        if self._resets(ep.uuid) >= gr.max_per_boot:
+            return self._escalate(ep, self._spent(ep.uuid))
         mig = self.host.gpu_mig(ep.uuid)
         if mig is None and not gr.allow_mig:  # fail closed: what cannot be read is MIG
             return self._escalate(ep, f"the MIG mode of GPU {ep.uuid} cannot be read (nvidia-smi failed or hung): "
@@ -445,6 +446,7 @@ class Ladder:
             return False
         # Persisted first, with the GPU's one reset of this boot spent: a restart mid-reset verifies the GPU and
         # escalates (whether the reset ran is unknown: never assumed), it never resets twice.
+        self.rec.reset_counts[ep.uuid] = self._resets(ep.uuid) + 1
         self.rec.resets[ep.uuid] = self.boot
         ep.boot_id = self.boot
         self._go(ep, "resetting")
@@ -456,6 +458,15 @@ class Ladder:
         self._event("GpuReset", f"{ep.key}: GPU {ep.uuid} reset; verifying")
         ep.reset_at = self.mono()  # the Xids of that GPU before this moment are what the reset cured
         return self._go(ep, "verify")
+
+    def _resets(self, uuid: str) -> int:
+        """Resets of this GPU in this boot (verified, failed or of unknown outcome)."""
+        return self.rec.reset_counts.get(uuid, 1) if self.rec.resets.get(uuid) == self.boot else 0
+
+    def _spent(self, uuid: str) -> str:
+        n = self._resets(uuid)
+        return (f"GPU {uuid} was reset {n} time{'s' if n > 1 else ''} in this boot already "
+                f"(gpu_reset.max_per_boot = {self.cfg.gpu_reset.max_per_boot})")
 
     def _resetting(self, ep: Episode) -> bool:
         """Resumed with a reset under way: it may or may not have run. The GPU is verified, and the reset is

@@ -312,3 +312,18 @@ def test_an_episode_of_another_boot_starts_again_after_the_fault_stood_its_time_
     clock.t += 600
     ladder.tick(fault_list(REBOOT))
     assert cluster.count("drain") == 1 and host.count("reboot") == 1, "after its standing time in this boot"
+
+
+def test_max_per_boot_allows_that_many_resets_of_one_gpu_then_escalates(tmp_path):
+    cfg, clock = enforce(gpu_reset={"max_per_boot": 2}), Clock()
+    host, cluster = FakeHost(cfg), FakeCluster()
+    ladder = make(tmp_path, cfg, host=host, cluster=cluster, clock=clock, users=Users({"GPU-aaaa": frozenset({"uid-a"})}))
+    for fault in (RESET, RESET_B):
+        ladder.tick(fault_list(fault))
+        assert ladder.step == "idle"
+        ladder.tick([])
+    assert host.count("reset_gpu") == 2 and host.count("reboot") == 0
+    ladder.tick(fault_list(RESET))  # back after two resets in this boot
+    assert host.count("reset_gpu") == 2 and host.count("reboot") == 1
+    note = next(e[1] for e in cluster.events if e[0] == "RemediationEscalated")
+    assert "reset 2 times in this boot already (gpu_reset.max_per_boot = 2)" in note

@@ -28,7 +28,7 @@ def _full(step: str) -> R.Record:
     return R.Record(
         episode=ep, reboots=[R.Reboot("k", 1.6e9, "b-0", back=True, failed=True, up=77.0)],
         retired=R.Retired(1.7e9, "k", "w", command_done=True, powered_off=True, boot_id="b-2", up=8.0),
-        handled={"k": "b-2"}, resets={"GPU-aaaa": "b-2"}, unretire=True, seen={"k": 9.0}, seen_boot="b-2",
+        handled={"k": "b-2"}, resets={"GPU-aaaa": "b-2"}, reset_counts={"GPU-aaaa": 2}, unretire=True, seen={"k": 9.0}, seen_boot="b-2",
         boots=[("b-0", 100.0), ("b-1", 200.0)],
     )
 
