@@ -118,7 +118,8 @@ class Daemon:
         if self.opts.once:
             pods = pods_once(self.cfg, self.opts.kubeconfig)
             self.scheduler.configure(
-                build_checks(self.cfg, self.state.path, dry_run=self.opts.dry_run, pods=pods, single_pass=True),
+                # One pass installs nothing it would leave behind (the traffic chains): it looks, as selftest does.
+                build_checks(self.cfg, self.state.path, dry_run=True, pods=pods, single_pass=True),
                 immediate=True,
             )
             return self._once()

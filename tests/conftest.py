@@ -161,6 +161,17 @@ def host_firewall_untouched() -> Iterator[None]:
     assert after == before, f"the tests left traffic rules in the host's own tables:\n{after}"
 
 
+@pytest.fixture(autouse=True)
+def state_dirs_writable_again() -> Iterator[None]:
+    """A read-only command run in-process (`cli.main(["selftest", ...])`) makes every later `StateDir` of the
+    process read-only (`agent.statedir.read_only_process`), as it should in the real command: undo it after
+    each test so that one test's selftest cannot make the next test's state dir silently read-only."""
+    yield
+    import agent.statedir
+
+    agent.statedir._read_only_process = False
+
+
 @pytest.fixture(scope="module")
 def fake_gpu_libs(tmp_path_factory: pytest.TempPathFactory) -> str:
     """A folder with the fake libnvidia-ml.so.1, libcuda.so.1 and

@@ -45,7 +45,7 @@ def build_parser() -> Parser:
                      help="address for /metrics and /healthz")
     _web_config_flag(run)
     run.add_argument("--state-dir", metavar="DIR", help="state directory (default /var/lib/node-health-agent)")
-    run.add_argument("--once", action="store_true", help="run every check once, then exit 0 (healthy) or 1")
+    run.add_argument("--once", action="store_true", help="run every check once, installing nothing (as selftest), then exit 0 (healthy) or 1")
     run.add_argument("--dry-run", action="store_true", help="decide but change nothing on the node or cluster")
     run.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig of the cluster (default: $KUBECONFIG, else in-cluster)")
     run.set_defaults(func=cmd_run)

@@ -87,7 +87,7 @@ def test_restart_does_not_reset_the_counter(running, recreate: bool) -> None:
 
 
 @pytest.mark.parametrize("backend", ["legacy", "nft"])
-def test_dry_run_and_selftest_change_nothing(tmp_path, backend: str) -> None:
+def test_dry_run_once_and_selftest_change_nothing(tmp_path, backend: str) -> None:
     require_tool(f"iptables-{backend}")
     cfg = tmp_path / "agent.toml"
     cfg.write_text(f'[checks.traffic]\nenabled = true\nbackend = "{backend}"\n' + HERMETIC)
@@ -97,6 +97,9 @@ def test_dry_run_and_selftest_change_nothing(tmp_path, backend: str) -> None:
         assert [f["reason"] for f in report["findings"]] == ["TrafficRulesNotInPlace"]
         assert report["findings"][0]["message"].startswith("dry run")
         L.node.agent("run", "--once", "--dry-run", "--config", str(cfg), "--state-dir", str(tmp_path / "s"))
+        assert json.loads(L.node.agent("rules", "show", "--json", "--backend", backend).stdout)["rules"] == []
+        # --once alone is a look too: one pass that leaves no chains behind (nothing would remove them)
+        L.node.agent("run", "--once", "--config", str(cfg), "--state-dir", str(tmp_path / "s"), check=False)
         assert json.loads(L.node.agent("rules", "show", "--json", "--backend", backend).stdout)["rules"] == []
         assert not (tmp_path / "s" / "traffic.json").exists()
         # not even an empty table: legacy creates one when it is named (iptables-save -t mangle)
