@@ -14,6 +14,12 @@ newest `KEEP_BAD` per file are kept), named in one log line, counted in
 ``node_health_state_file_rejected_total{file}``, and that part of the state
 starts fresh. A damaged file can never crash the agent.
 
+Every file written carries the state dir's format (``"_format": FORMAT``;
+parsers never see it). A file of a newer format (a rollback) is read for what
+this agent knows; one it cannot read is never set aside: it is left in place,
+logged, that part of the state starts fresh, and before this agent writes the
+file again the newer one is kept as ``<name>.newer``.
+
 A **read-only** `StateDir` (``StateDir(path, read_only=True)``, or every one
 of the process after `read_only_process()`: `agent remediation status`,
 `agent selftest`) never creates, renames, moves or writes anything: a damaged
@@ -67,6 +73,7 @@ class StateDir:
         self.read_only = _read_only_process if read_only is None else read_only
         self._lock_fd: int | None = None
         self.problems: dict[str, str] = {}  # file name -> why its last load found nothing usable
+        self._newer: set[str] = set()  # files of a newer format this agent could not read (left in place)
 
     def ensure(self) -> None:
         if self.read_only:
@@ -96,7 +103,26 @@ class StateDir:
         return os.path.join(self.path, name)
 
     def write_json(self, name: str, data: Any) -> None:
+        if isinstance(data, dict):  # every file says which format wrote it (an older agent reads it forward)
+            data = {**data, FORMAT_KEY: FORMAT}
+        if name in self._newer and not self.read_only:
+            self._keep_newer(name)
         self.write_bytes(name, json.dumps(data, sort_keys=True, separators=(",", ":")).encode())
+
+    def _keep_newer(self, name: str) -> None:
+        """About to write over a file a newer agent wrote and this one could not read: keep that file as
+        ``<name>.newer`` (once), so rolling forward again finds what the newer agent knew."""
+        self._newer.discard(name)
+        keep = self.file(f"{name}.newer")
+        if os.path.lexists(keep):
+            return
+        try:
+            os.link(self.file(name), keep)
+            log.warning("state file %s was written by a newer agent; kept as %s before writing ours",
+                        self.file(name), keep)
+        except OSError as exc:
+            log.warning("state file %s was written by a newer agent; cannot keep a copy: %s",
+                        self.file(name), exc.strerror or exc)
 
     def write_bytes(self, name: str, data: bytes) -> None:
         if self.read_only:
@@ -147,7 +173,21 @@ class StateDir:
         try:
             if not data.strip():
                 raise Damaged("empty")
-            return spec.parse(json.loads(data))
+            raw = json.loads(data)
+            fmt = raw.pop(FORMAT_KEY, 1) if isinstance(raw, dict) else 1
+            try:
+                return spec.parse(raw)
+            except (Damaged, TypeError, ValueError, KeyError) as exc:
+                if not (isinstance(fmt, int) and not isinstance(fmt, bool) and fmt > FORMAT):
+                    raise
+                # A newer agent wrote it (a rollback): never set it aside, never read it as nothing-happened.
+                self._newer.add(spec.name)
+                self.problems[spec.name] = f"written by a newer agent (format {fmt} > {FORMAT}): {exc}"[:300]
+                _count_newer(spec.name)
+                log.error("state file %s was written by a newer agent (format %d, this one reads %d) and cannot "
+                          "be read here (%s): left in place; that part of the state starts fresh", path, fmt,
+                          FORMAT, f"{type(exc).__name__}: {exc}"[:200])
+                return None
         except (Damaged, TypeError, ValueError, KeyError) as exc:  # UnicodeDecodeError, JSONDecodeError: ValueError
             why = f"{type(exc).__name__}: {exc}"
             self.problems[spec.name] = f"damaged: {why[:200]}"
@@ -186,12 +226,20 @@ class StateDir:
                 pass
 
 
+FORMAT_KEY = "_format"
+# The state dir's format: stamped into every file written; raised by a release that changes any file's shape
+# in a way an older agent cannot read. An older agent keeps what it can read of a newer file and never sets a
+# newer file aside (see `StateDir.load`). 1: files without the stamp (0.1.0).
+FORMAT = 2
+
+
 class Damaged(ValueError):
     """A state file's content is not of the shape its `StateFile` expects."""
 
 
 _known: set[str] = set()
 _rejected: dict[str, int] = {}
+_newer: dict[str, int] = {}
 _rejected_lock = threading.Lock()
 
 
@@ -213,6 +261,17 @@ class StateFile(Generic[T]):
 def _count_rejected(name: str) -> None:
     with _rejected_lock:
         _rejected[name] = _rejected.get(name, 0) + 1
+
+
+def _count_newer(name: str) -> None:
+    with _rejected_lock:
+        _newer[name] = _newer.get(name, 0) + 1
+
+
+def newer() -> dict[str, int]:
+    """Loads of files a newer agent wrote that this one could not read, per file name (0 for every declared one)."""
+    with _rejected_lock:
+        return {name: _newer.get(name, 0) for name in sorted(_known | set(_newer))}
 
 
 def rejected() -> dict[str, int]:

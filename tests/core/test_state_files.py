@@ -179,3 +179,52 @@ def test_a_read_only_state_dir_never_creates_renames_or_writes(tmp_path):
         ro.lock()
     assert sorted(p.name for p in tmp_path.iterdir()) == [name]
     assert (tmp_path / name).read_bytes() == b"[damaged" and state.rejected().get(name, 0) == before
+
+
+# ---------------------------------------------------------------- format: upgrade and rollback
+
+STRICT = StateFile("strict.json", lambda d: (state.integer(state.obj(d)["n"], "n")))
+
+
+def test_every_file_written_carries_the_format_and_reads_back_without_it(tmp_path: Path) -> None:
+    sd = StateDir(str(tmp_path))
+    sd.write_json("strict.json", {"n": 3})
+    assert json.loads((tmp_path / "strict.json").read_text()) == {"n": 3, "_format": state.FORMAT}
+    seen: list[Any] = []
+    assert sd.load(StateFile("strict.json", lambda d: seen.append(d) or d["n"])) == 3
+    assert seen == [{"n": 3}], "parsers never see the stamp"
+
+
+def test_a_file_without_the_stamp_is_format_1_and_reads(tmp_path: Path) -> None:
+    (tmp_path / "strict.json").write_text('{"n": 4}')
+    assert StateDir(str(tmp_path)).load(STRICT) == 4
+
+
+def test_a_newer_agents_file_this_one_cannot_read_is_never_set_aside(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A rollback: the newer agent changed the shape (`n` became an object). This agent keeps the file where it
+    is, says so once, starts that part fresh, and keeps the newer file as `.newer` before writing its own."""
+    newer = {"n": {"value": 5}, "_format": state.FORMAT + 1}
+    (tmp_path / "strict.json").write_text(json.dumps(newer))
+    sd = StateDir(str(tmp_path))
+    with caplog.at_level(logging.ERROR):
+        assert sd.load(STRICT) is None
+    assert "written by a newer agent" in caplog.text and "left in place" in caplog.text
+    assert sd.problems["strict.json"].startswith(f"written by a newer agent (format {state.FORMAT + 1}")
+    assert json.loads((tmp_path / "strict.json").read_text()) == newer
+    assert not list(tmp_path.glob("strict.json.bad-*")), "a newer file is never set aside as damaged"
+    sd.write_json("strict.json", {"n": 6})
+    assert json.loads((tmp_path / "strict.json.newer").read_text()) == newer, "what the newer agent knew is kept"
+    assert sd.load(STRICT) == 6
+
+
+def test_a_newer_file_this_one_can_read_keeps_what_it_knows(tmp_path: Path) -> None:
+    (tmp_path / "strict.json").write_text(json.dumps({"n": 7, "later": [1, 2], "_format": state.FORMAT + 3}))
+    assert StateDir(str(tmp_path)).load(STRICT) == 7
+
+
+def test_a_damaged_file_of_this_format_is_still_set_aside(tmp_path: Path) -> None:
+    (tmp_path / "strict.json").write_text(json.dumps({"n": "x", "_format": state.FORMAT}))
+    assert StateDir(str(tmp_path)).load(STRICT) is None
+    assert list(tmp_path.glob("strict.json.bad-*"))
