@@ -69,6 +69,8 @@ def operator_job(monitor: dict[str, Any], target: str, pod_labels: dict[str, str
         {"source_labels": ["__meta_kubernetes_pod_container_name"], "target_label": "container"},
         {"source_labels": ["__meta_kubernetes_pod_name"], "target_label": "pod"},
         {"target_label": "job", "replacement": f"{ns}/{name}"},
+        *([{"source_labels": [f"__meta_kubernetes_pod_label_{_sanitize(monitor['spec']['jobLabel'])}"],
+            "target_label": "job", "regex": "(.+)", "replacement": "${1}"}] if monitor["spec"].get("jobLabel") else []),
         {"target_label": "endpoint", "replacement": ep["port"]},
         *(_relabel(r) for r in ep.get("relabelings", [])),
         {"source_labels": ["__address__"], "target_label": "__tmp_hash", "modulus": 1, "action": "hashmod"},
@@ -202,7 +204,7 @@ def test_workload_pods_survive_the_operators_target_labels(tmp_path: Path, host,
         agent.poll(lambda t: 'pod="train-0"' in t and "node_health_gpu_power_watts{" in t, "train-0 on gpu 0")
         prom = Prometheus(tmp_path, [shipped, plain])
         try:
-            sel = f'{{job="{NAMESPACE}/{monitor["metadata"]["name"]}"}}'
+            sel = f'{{job="node-health-agent",instance="{NODE}"}}'  # the job the alerts' selector names
             got = prom.poll("node_health_gpu_allocation" + sel, lambda r: len(r) == 1)
             assert got[0]["metric"]["namespace"] == "ml" and got[0]["metric"]["pod"] == "train-0"
             assert got[0]["metric"]["container"] == "main" and got[0]["metric"]["instance"] == NODE
