@@ -116,6 +116,14 @@ httpGet: {path: /healthz, port: metrics, scheme: {{ include "nha.scheme" . }}}
 {{- $_ := set $fixed.metrics "tls" $tls -}}
 {{- end -}}
 {{- $cfg := mergeOverwrite (deepCopy (default (dict) .Values.config)) $fixed -}}
-{{- /* Helm reads every number in values as a float: write 8.0 back as 8 (a float key takes an integer too). */ -}}
-{{- regexReplaceAll "(?m)^(\\s*[A-Za-z0-9_\"-]+ = -?[0-9]+)\\.0$" (toToml $cfg) "${1}" -}}
+{{- /* Helm reads every number in values as a float: write 8.0 back as 8, and 6.7108864e+07
+     as 67108864 (a float key takes an integer too). */ -}}
+{{- $toml := toToml $cfg -}}
+{{- range $m := regexFindAll "= -?[0-9]+(\\.[0-9]+)?e\\+[0-9]+\n" $toml -1 -}}
+{{- $n := $m | trimPrefix "= " | trimSuffix "\n" | float64 -}}
+{{- if eq ($n | int64 | float64) $n -}}
+{{- $toml = replace $m (printf "= %d\n" ($n | int64)) $toml -}}
+{{- end -}}
+{{- end -}}
+{{- regexReplaceAll "(?m)^(\\s*[A-Za-z0-9_\"-]+ = -?[0-9]+)\\.0$" $toml "${1}" -}}
 {{- end -}}
