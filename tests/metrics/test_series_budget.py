@@ -73,3 +73,51 @@ def test_exclude_drops_whole_families(run: Callable[[str], Counter[str]]) -> Non
     got = run('exclude = ["node_health_gpu_clock_event_*", "node_health_gpu_nvlink_*"]\n')
     assert got["node_health_gpu_power_watts"] == GPUS
     assert not [f for f in got if f.startswith(("node_health_gpu_clock_event_", "node_health_gpu_nvlink_"))]
+
+
+def _render(store, options) -> str:  # type: ignore[no-untyped-def]
+    from agent.metrics import build_registry
+    from agent.registry import CATALOG
+
+    return build_registry(store, CATALOG, options).text().decode()
+
+
+def test_findings_at_zero_modes_and_the_active_ones_always() -> None:
+    from agent.findings import Finding, Severity
+    from agent.metrics import RenderOptions
+    from agent.store import Store
+
+    store = Store()
+    store.set_checks(["disk"], {"disk": (("/", "DiskReadOnly"), ("/", "DiskSpaceLow"), ("/", "MountNotVisible"))})
+    store.set_events("xid", [Finding("disk", "/data", "DiskSpaceLow", Severity.WARNING, "m")])
+    zero = {mode: {line for line in _render(store, RenderOptions(findings_at_zero=mode)).splitlines()
+                   if line.startswith("node_health_finding{") and line.endswith(" 0.0")}
+            for mode in ("all", "critical", "none")}
+    assert {line.split('reason="')[1].split('"')[0] for line in zero["all"]} == {"DiskReadOnly", "DiskSpaceLow", "MountNotVisible"}
+    assert {line.split('reason="')[1].split('"')[0] for line in zero["critical"]} == {"DiskReadOnly"}
+    assert zero["none"] == set()
+    for mode in ("all", "critical", "none"):  # an active finding is there whatever the mode
+        assert ('node_health_finding{check="disk",reason="DiskSpaceLow",severity="warning",subject="/data"} 1.0'
+                in _render(store, RenderOptions(findings_at_zero=mode)))
+
+
+def test_nvlink_folds_per_gpu_and_exclude_patterns() -> None:
+    from agent.findings import Sample
+    from agent.metrics import RenderOptions
+    from agent.store import Store
+
+    store = Store()
+    samples = [Sample("node_health_gpu_nvlink_bytes_total", float(link * 10 + d),
+                      (("gpu", "0"), ("link", str(link)), ("direction", direction)))
+               for link in range(3) for d, direction in enumerate(("rx", "tx"))]
+    samples += [Sample("node_health_gpu_nvlink_up", 1.0 if link else 0.0, (("gpu", "0"), ("link", str(link)))) for link in range(3)]
+    store.set_extra("t", samples)
+    text = _render(store, RenderOptions(nvlink_per_link=False))
+    assert 'node_health_gpu_nvlink_gpu_bytes_total{direction="rx",gpu="0"} 30.0' in text  # 0 + 10 + 20
+    assert 'node_health_gpu_nvlink_gpu_bytes_total{direction="tx",gpu="0"} 33.0' in text
+    assert 'node_health_gpu_nvlink_links_active{gpu="0"} 2.0' in text
+    assert "node_health_gpu_nvlink_bytes_total{" not in text and "node_health_gpu_nvlink_up{" not in text
+    per_link = _render(store, RenderOptions())
+    assert per_link.count("node_health_gpu_nvlink_bytes_total{") == 6 and "nvlink_gpu_bytes" not in per_link
+    trimmed = _render(store, RenderOptions(nvlink_per_link=False, exclude=("node_health_gpu_nvlink_*", "node_health_build_info")))
+    assert "nvlink" not in trimmed and "node_health_build_info" not in trimmed and "node_health_start_time_seconds" in trimmed
