@@ -472,3 +472,20 @@ def test_values_schema_refuses_mistakes(values: dict[str, Any], key: str) -> Non
 
     with pytest.raises(helm_python.HelmError, match=key):
         helm_(values)
+
+
+RESET = {"mode": "enforce", "actions": ["drain", "reset_gpu", "reboot"]}
+
+
+def test_a_gpu_reset_without_nvidia_smi_in_the_pod_is_refused_at_render() -> None:
+    """The plain image has no nvidia-smi: every reset would fail and escalate to a reboot."""
+    import helm_python
+
+    with pytest.raises(helm_python.HelmError, match='remediation.actions: "reset_gpu" needs nvidia-smi'):
+        helm_({"config": {"remediation": RESET}})
+    # The NVIDIA runtime variant, an nvidia-smi of the operator's, observe mode, or no reset: rendered.
+    helm_({"config": {"remediation": RESET}, "nvidiaRuntime": {"enabled": True}})
+    helm_({"config": {"remediation": {**RESET, "gpu_reset": {"nvidia_smi": "/opt/nvidia/bin/nvidia-smi"}}}})
+    helm_({"config": {"remediation": {**RESET, "mode": "observe"}}})
+    docs = helm_({"config": {"remediation": {"mode": "enforce", "actions": ["drain", "reboot"]}}})
+    assert parse(agent_toml(docs), "agent.toml").remediation.actions == ("drain", "reboot")
