@@ -489,3 +489,20 @@ def test_a_gpu_reset_without_nvidia_smi_in_the_pod_is_refused_at_render() -> Non
     helm_({"config": {"remediation": {**RESET, "mode": "observe"}}})
     docs = helm_({"config": {"remediation": {"mode": "enforce", "actions": ["drain", "reboot"]}}})
     assert parse(agent_toml(docs), "agent.toml").remediation.actions == ("drain", "reboot")
+
+
+def test_monitors_take_honor_labels_relabelings_and_metric_relabelings() -> None:
+    extra = {"honorLabels": False, "relabelings": [{"targetLabel": "cluster", "replacement": "eu-1"}],
+             "metricRelabelings": [{"sourceLabels": ["__name__"], "regex": "node_health_gpu_clock_event_.*", "action": "drop"}]}
+    docs = helm_({"metrics": {"podMonitor": extra, "serviceMonitor": {"enabled": True, **extra}}})
+    for kind, key in (("PodMonitor", "podMetricsEndpoints"), ("ServiceMonitor", "endpoints")):
+        (ep,) = find(docs, kind)["spec"][key]
+        assert ep["honorLabels"] is False
+        assert ep["relabelings"] == [
+            {"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "instance", "action": "replace"},
+            {"targetLabel": "cluster", "replacement": "eu-1"}]
+        assert ep["metricRelabelings"] == extra["metricRelabelings"]
+        assert find(docs, kind)["spec"]["jobLabel"] == "app.kubernetes.io/name"
+    for kind, key in (("PodMonitor", "podMetricsEndpoints"),):
+        (ep,) = find(helm_(), kind)["spec"][key]
+        assert ep["honorLabels"] is True and "metricRelabelings" not in ep
