@@ -108,6 +108,16 @@ CORE_METRICS: tuple[MetricSpec, ...] = (
     MetricSpec(
         "node_health_config_last_reload_successful", "gauge", "1 if the last configuration reload succeeded."
     ),
+    # The per-link NVLink families folded per GPU at render ([metrics] nvlink_per_link = false, the default).
+    MetricSpec("node_health_gpu_nvlink_links_active", "gauge", "NVLinks of the GPU that are active (node_health_gpu_nvlink_up summed over its links).", ("gpu",)),
+    MetricSpec(
+        "node_health_gpu_nvlink_gpu_errors_total", "counter",
+        "NVLink data-link error counters of the GPU, summed over its links (replay, recovery, crc_flit, crc_data).", ("gpu", "counter"),
+    ),
+    MetricSpec(
+        "node_health_gpu_nvlink_gpu_bytes_total", "counter",
+        "NVLink data bytes of the GPU, summed over its links, transmitted and received.", ("gpu", "direction"),
+    ),
     MetricSpec(
         "node_health_state_file_rejected_total",
         "counter",

@@ -32,6 +32,7 @@ from .schema import ConfigError as ConfigError
 from .schema import build, describe_value, plain, unknown_key
 from .schema import fields_doc as fields_doc
 from .schema import format_duration as format_duration
+from .schema import json_schema as schema_of
 from .schema import parse_duration as parse_duration
 from .settings import AgentSection as AgentSection
 from .settings import MetricsSection as MetricsSection
@@ -120,6 +121,22 @@ def _check_policy(k: KubernetesSection, source: str) -> None:
             problem = 'expected "*/Reason"; use the severity defaults for every check'
         if problem:
             raise ConfigError(source, f"kubernetes.policy.overrides.{key}", problem)
+
+
+# ---------------------------------------------------------------- JSON schema
+
+
+def json_schema() -> dict[str, Any]:
+    """The JSON Schema of a config file's tables (the Helm chart's `config:` value is
+    generated from it): every section, and one table per check of the registry."""
+    out = schema_of(Config)
+    out["properties"]["checks"] = {
+        "description": "One table per check: [checks.<name>].",
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {name: schema_of(spec.config) for name, spec in registry.CHECKS.items()},
+    }
+    return out
 
 
 # ---------------------------------------------------------------- rendering

@@ -26,7 +26,7 @@ from .check import CheckContext
 from .config import Config
 from .filewatch import FileWatcher, stamp
 from .findings import Finding, Sample, Severity
-from .metrics import build_registry
+from .metrics import RenderOptions, build_registry
 from .registry import CATALOG
 from .runtime import (
     Overrides,
@@ -242,7 +242,8 @@ class Daemon:
     def _bind_metrics(self) -> None:
         key = "--listen" if self.overrides.listen else f"{self.cfg.source}: metrics.listen"
         self.metrics = MetricsServer(
-            self.cfg.metrics, build_registry(self.store, CATALOG), self.store, web=self.web, counters=self.web_counters, key=key
+            self.cfg.metrics, build_registry(self.store, CATALOG, RenderOptions.of(self.cfg.metrics)), self.store,
+            web=self.web, counters=self.web_counters, key=key
         )
 
     def _serve_metrics(self) -> None:

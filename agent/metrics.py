@@ -1,17 +1,21 @@
 """What /metrics renders.
 
 A prometheus-client custom collector renders the store's latest snapshot: a
-scrape never runs or waits on a check. Every finding the checks know of is
-exported at 0 from start, so "no problem" differs from "not reporting". The
-HTTP server is in `agent.web`.
+scrape never runs or waits on a check. The findings the checks know of are
+exported at 0 from start (the critical ones by default: `RenderOptions`), so
+"no problem" differs from "not reporting". The HTTP server is in `agent.web`.
 """
 
 from __future__ import annotations
 
+import fnmatch
+import functools
 import logging
 import platform
+import re
 import threading
 from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client.core import CollectorRegistry, CounterMetricFamily, GaugeMetricFamily, Metric
@@ -21,10 +25,40 @@ from prometheus_client.utils import floatToGoString
 
 from . import __version__, native, statedir
 from .catalog import Catalog
-from .findings import Labels, Sample
+from .findings import Labels, Sample, Severity
 from .store import Snapshot, Store
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class RenderOptions:
+    """What a render leaves out or folds (``[metrics]`` exclude, nvlink_per_link,
+    findings_at_zero). The defaults render everything, as the checks made it."""
+
+    exclude: tuple[str, ...] = ()
+    nvlink_per_link: bool = True
+    findings_at_zero: str = "all"  # all | critical | none
+
+    @classmethod
+    def of(cls, section: Any) -> RenderOptions:
+        """From the config's ``[metrics]`` section."""
+        return cls(tuple(section.exclude), bool(section.nvlink_per_link), str(section.findings_at_zero))
+
+
+EVERYTHING = RenderOptions()
+
+# Per-link NVLink families and the per-GPU family each folds into (the link label summed away).
+NVLINK_PER_GPU = {
+    "node_health_gpu_nvlink_up": "node_health_gpu_nvlink_links_active",
+    "node_health_gpu_nvlink_errors_total": "node_health_gpu_nvlink_gpu_errors_total",
+    "node_health_gpu_nvlink_bytes_total": "node_health_gpu_nvlink_gpu_bytes_total",
+}
+
+
+@functools.lru_cache(maxsize=8)
+def _excluded(patterns: tuple[str, ...]) -> re.Pattern[str] | None:
+    return re.compile("|".join(fnmatch.translate(p) for p in patterns)) if patterns else None
 
 
 class RenderDrops:
@@ -49,12 +83,14 @@ class RenderDrops:
 
 
 class AgentCollector:
-    def __init__(self, store: Store, catalog: Catalog, drops: RenderDrops | None = None) -> None:
+    def __init__(self, store: Store, catalog: Catalog, drops: RenderDrops | None = None,
+                 options: RenderOptions = EVERYTHING) -> None:
         self._store, self._catalog = store, catalog
         self._drops = drops or RenderDrops()
+        self._options = options
 
     def collect(self) -> Iterator[Metric]:
-        return iter(render_families(self._store.snapshot(), self._catalog, self._drops))
+        return iter(render_families(self._store.snapshot(), self._catalog, self._drops, self._options))
 
 
 class AgentRegistry(CollectorRegistry):
@@ -64,13 +100,13 @@ class AgentRegistry(CollectorRegistry):
     its cost (a busy node has ~2,000 series); other formats (OpenMetrics) go
     through prometheus_client as they are."""
 
-    def __init__(self, store: Store, catalog: Catalog) -> None:
+    def __init__(self, store: Store, catalog: Catalog, options: RenderOptions = EVERYTHING) -> None:
         super().__init__(auto_describe=False)
         self.store = store
         self.process = ProcessCollector(registry=None)
         self.drops = RenderDrops()
-        self.renderer = TextRenderer(catalog, self.drops)
-        self.register(AgentCollector(store, catalog, self.drops))
+        self.renderer = TextRenderer(catalog, self.drops, options)
+        self.register(AgentCollector(store, catalog, self.drops, options))
         self.register(self.process)
 
     def text(self) -> bytes:
@@ -90,9 +126,9 @@ def encode(registry: CollectorRegistry, accept: str) -> tuple[bytes, str]:
     return encoder(registry), ctype
 
 
-def build_registry(store: Store, catalog: Catalog) -> AgentRegistry:
-    """The registry /metrics serves: every series of `store`, described by `catalog`."""
-    return AgentRegistry(store, catalog)
+def build_registry(store: Store, catalog: Catalog, options: RenderOptions = EVERYTHING) -> AgentRegistry:
+    """The registry /metrics serves: every series of `store`, described by `catalog`, as `options` trim it."""
+    return AgentRegistry(store, catalog, options)
 
 
 # metric → [(labels, value)]: labels as (name, value) pairs, like `Sample.labels`; their
@@ -100,9 +136,10 @@ def build_registry(store: Store, catalog: Catalog) -> AgentRegistry:
 Series = dict[str, list[tuple[Labels, float]]]
 
 
-def collect_series(snap: Snapshot, catalog: Catalog, drops: RenderDrops | None = None) -> Series:
-    """Every series of the snapshot, grouped by metric, in exposition order;
-    what the catalog does not declare is skipped and counted in `drops`."""
+def collect_series(snap: Snapshot, catalog: Catalog, drops: RenderDrops | None = None,
+                   options: RenderOptions = EVERYTHING) -> Series:
+    """Every series of the snapshot, grouped by metric, in exposition order, as `options`
+    trim them; what the catalog does not declare is skipped and counted in `drops`."""
     drops = drops or RenderDrops()
     fams: Series = {}
 
@@ -134,7 +171,7 @@ def collect_series(snap: Snapshot, catalog: Catalog, drops: RenderDrops | None =
         add("node_health_check_stuck", lab, 1 if st.stuck else 0)
     findings: list[tuple[Labels, float]] = [
         ((("check", c), ("subject", s), ("reason", r), ("severity", sev)), v)
-        for (c, s, r, sev), v in _findings(snap, catalog, drops).items()
+        for (c, s, r, sev), v in _findings(snap, catalog, drops, options.findings_at_zero).items()
     ]
     if findings:
         fams["node_health_finding"] = findings
@@ -146,7 +183,26 @@ def collect_series(snap: Snapshot, catalog: Catalog, drops: RenderDrops | None =
     for samples in (*snap.event_samples.values(), *snap.extra.values()):
         _add_samples(fams, catalog, shapes, samples, drops, exact=True)
     dropped.append(((), drops.total))
+    if not options.nvlink_per_link:
+        _fold_nvlink(fams)
+    excluded = _excluded(options.exclude)
+    if excluded is not None:
+        for name in [n for n in fams if excluded.match(n)]:
+            del fams[name]
     return fams
+
+
+def _fold_nvlink(fams: Series) -> None:
+    """Each per-link NVLink family summed over its links, per GPU (and counter or direction)."""
+    for per_link, per_gpu in NVLINK_PER_GPU.items():
+        series = fams.pop(per_link, None)
+        if not series:
+            continue
+        sums: dict[Labels, float] = {}
+        for labels, value in series:
+            key = tuple(pair for pair in labels if pair[0] != "link")
+            sums[key] = sums.get(key, 0.0) + value
+        fams[per_gpu] = list(sums.items())
 
 
 def _add_samples(
@@ -170,7 +226,8 @@ def _add_samples(
         series.append((labels, sample.value))
 
 
-def _findings(snap: Snapshot, catalog: Catalog, drops: RenderDrops) -> dict[tuple[str, str, str, str], int]:
+def _findings(snap: Snapshot, catalog: Catalog, drops: RenderDrops,
+              at_zero: str = "all") -> dict[tuple[str, str, str, str], int]:
     reasons = catalog.reasons
     series: dict[tuple[str, str, str, str], int] = {}
 
@@ -178,7 +235,7 @@ def _findings(snap: Snapshot, catalog: Catalog, drops: RenderDrops) -> dict[tupl
         entry = reasons.get(reason)
         if entry is None:
             drops.drop(f"reason {reason}", f"finding reason {reason!r} of check {check} is not in the catalog")
-        else:
+        elif at_zero == "all" or (at_zero == "critical" and entry.severity is Severity.CRITICAL):
             series[(check, subject, reason, entry.severity.value)] = 0
 
     for name, st in snap.checks.items():
@@ -201,9 +258,10 @@ def _family(name: str, catalog: Catalog) -> Any:
     return cls(name, spec.help, labels=list(spec.labels))
 
 
-def render_families(snap: Snapshot, catalog: Catalog, drops: RenderDrops | None = None) -> list[Metric]:
+def render_families(snap: Snapshot, catalog: Catalog, drops: RenderDrops | None = None,
+                    options: RenderOptions = EVERYTHING) -> list[Metric]:
     out = []
-    for name, series in collect_series(snap, catalog, drops).items():
+    for name, series in collect_series(snap, catalog, drops, options).items():
         fam = _family(name, catalog)
         for labels, value in series:
             fam.add_metric([v for _, v in labels], value)
@@ -220,16 +278,17 @@ class TextRenderer:
     subjects stay), so their formatted text is kept from the last render, and
     only from the last: a subject that went away is dropped with it."""
 
-    def __init__(self, catalog: Catalog, drops: RenderDrops | None = None) -> None:
+    def __init__(self, catalog: Catalog, drops: RenderDrops | None = None, options: RenderOptions = EVERYTHING) -> None:
         self.catalog = catalog
         self._prefixes: dict[str, dict[Labels, str]] = {}  # metric → labels → "name{...} "
         self._drops = drops or RenderDrops()
+        self._options = options
 
     def render(self, snap: Snapshot) -> str:
         kept: dict[str, dict[Labels, str]] = self._prefixes
         prefixes: dict[str, dict[Labels, str]] = {}
         out: list[str] = []
-        for name, series in collect_series(snap, self.catalog, self._drops).items():
+        for name, series in collect_series(snap, self.catalog, self._drops, self._options).items():
             spec = self.catalog.metric(name)
             if spec.kind == "counter":  # CounterMetricFamily's naming: the family without "_total", samples with it
                 name = name.removesuffix("_total") + "_total"

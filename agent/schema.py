@@ -240,6 +240,55 @@ def describe_value(value: Any) -> str:
     return f"{shown} ({kind})"
 
 
+# ---------------------------------------------------------------- JSON schema
+
+DURATION_PATTERN = r"^\s*(\d+(\.\d+)?(ms|s|m|h|d))+\s*$"
+
+
+def json_schema(tp: Any, meta: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The JSON Schema of what `build` takes for `tp` (a section's dataclass, or a field's
+    type with its `opt` metadata): unknown keys, types, choices, ranges and duration syntax.
+    What a field's `check` or a section's `validate` decides is left to the agent."""
+    meta = meta or {}
+    doc = {"description": meta["doc"]} if meta.get("doc") else {}
+    origin = typing.get_origin(tp)
+    if meta.get("duration"):
+        return {**doc, "type": "string", "pattern": DURATION_PATTERN}
+    if dataclasses.is_dataclass(tp):
+        props = {
+            f.name: json_schema(hint, f.metadata)
+            for f in dataclasses.fields(tp)
+            if not f.metadata.get("internal")
+            for hint in (typing.get_type_hints(tp)[f.name],)
+        }
+        return {**doc, "type": "object", "additionalProperties": False, "properties": props}
+    out: dict[str, Any]
+    if origin is Literal:
+        out = {"enum": list(typing.get_args(tp))}
+    elif tp is bool:
+        out = {"type": "boolean"}
+    elif tp is int:
+        out = {"type": "integer"}
+    elif tp is float:
+        out = {"type": "number"}
+    elif tp is str:
+        out = {"type": "string"}
+    elif origin is tuple:
+        item_meta = {k: v for k, v in meta.items() if k != "doc"}
+        return {**doc, "type": "array", "items": json_schema(typing.get_args(tp)[0], item_meta)}
+    elif origin in (Mapping, dict) or tp is Mapping:
+        return {**doc, "type": "object", "additionalProperties": json_schema(typing.get_args(tp)[1])}
+    elif origin in (typing.Union, types.UnionType):
+        return json_schema([a for a in typing.get_args(tp) if a is not type(None)][0], meta)
+    else:  # pragma: no cover - a schema bug, not a user error
+        raise TypeError(f"unsupported config type {tp!r}")
+    if meta.get("min") is not None:
+        out["minimum"] = meta["min"]
+    if meta.get("max") is not None:
+        out["maximum"] = meta["max"]
+    return {**doc, **out}
+
+
 # ---------------------------------------------------------------- rendering
 
 

@@ -48,3 +48,16 @@ class MetricsSection:
     web_config_file: str = opt(
         "", "exporter-toolkit web config (YAML, as node_exporter's --web.config.file); replaces tls and basic_auth_users."
     )
+    exclude: tuple[str, ...] = opt(
+        (), 'Metric families not exported, as shell patterns (e.g. "node_health_gpu_clock_event_*"); the checks and '
+        "their findings work all the same (docs/metrics.md, Lean by default)."
+    )
+    nvlink_per_link: bool = opt(
+        False, "Export the NVLink series per link (node_health_gpu_nvlink_up, _errors_total, _bytes_total: 126 series "
+        "per H100); false: per GPU, summed over its links (node_health_gpu_nvlink_links_active, _gpu_errors_total, "
+        "_gpu_bytes_total)."
+    )
+    findings_at_zero: Literal["critical", "all", "none"] = opt(
+        "critical", "Known findings not active are exported at 0 for: critical reasons (what NodeHealthCriticalFinding "
+        "and the taints act on), all reasons, or none (only active findings, at 1)."
+    )

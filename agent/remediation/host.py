@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -108,8 +109,20 @@ class Host:
 
     # ------------------------------------------------------------ GPU reset
 
+    def reset_unavailable(self) -> str | None:
+        """Why no GPU reset can run here (nvidia-smi is not there to run), or None."""
+        if shutil.which(self.smi) is not None:
+            return None
+        return (f'nvidia-smi ("{self.smi}", remediation.gpu_reset.nvidia_smi) is not found here, so no GPU can be '
+                "reset; in a pod it comes with the NVIDIA container runtime (the chart's nvidiaRuntime.enabled, "
+                "the nvidia-runtime kustomize component)")
+
     def reset_gpu(self, uuid: str) -> Result:
-        """Persistence off (when on), reset, persistence restored."""
+        """Persistence off (when on), reset, persistence restored; refused before anything runs
+        when nvidia-smi is not there."""
+        missing = self.reset_unavailable()
+        if missing is not None:
+            return Result(False, f"GPU reset refused: {missing}")
         t = self.cfg.gpu_reset.timeout
         toggle = self.cfg.gpu_reset.toggle_persistence and self._persistence(uuid) is not False
         steps = []
@@ -155,16 +168,21 @@ class Host:
     def describe_reboot(self) -> str:
         rs = self.cfg.reboot
         if rs.method == "kured":
-            return f"kured: write {self.paths.root(rs.kured_sentinel)}"
+            return f"kured: write {self._kured_path()}"
         argv = list(rs.command) if rs.method == "command" else self._systemd("reboot", "Reboot")
         return f"{rs.method}: {' '.join(argv)}"
 
     def reboot(self) -> Result:
         rs = self.cfg.reboot
         if rs.method == "kured":
-            return self._sentinel(self.paths.root(rs.kured_sentinel))
+            return self._sentinel(self._kured_path())
         argv = list(rs.command) if rs.method == "command" else self._systemd("reboot", "Reboot")
         return run(argv, self.cfg.command_timeout)
+
+    def _kured_path(self) -> str:
+        """The sentinel where the host has it: its symbolic links (/var/run → /run) resolved
+        within the host's root, never into this container's own /run."""
+        return under_root(self.paths.rootfs, self.cfg.reboot.kured_sentinel)
 
     def _sentinel(self, path: str) -> Result:
         try:
@@ -180,6 +198,41 @@ class Host:
 
     def power_off(self) -> Result:
         return run(self._systemd("poweroff", "PowerOff"), self.cfg.command_timeout)
+
+
+MAX_LINKS = 40  # as the kernel's path walk (ELOOP)
+
+
+def under_root(rootfs: str, host_path: str) -> str:
+    """`host_path` as the host resolves it, as a path under `rootfs` here: each symbolic link
+    met on the way is followed within `rootfs` (an absolute target starts again at `rootfs`,
+    ".." stops there), as chroot(rootfs) would. Components that do not exist are kept as
+    they are (the file to create, its missing directories)."""
+    root = os.path.abspath(rootfs or "/")
+    todo = [c for c in host_path.split("/") if c not in ("", ".")]
+    done: list[str] = []
+    links = 0
+    while todo:
+        part = todo.pop(0)
+        if part == "..":
+            if done:
+                done.pop()
+            continue
+        here = os.path.join(root, *done, part)
+        try:
+            target = os.readlink(here)
+        except OSError:  # not a link, or not there: taken as it is
+            done.append(part)
+            continue
+        links += 1
+        if links > MAX_LINKS:
+            done.append(part)  # a loop: writing there fails with ELOOP, and says so
+            todo = []
+            break
+        if target.startswith("/"):
+            done = []
+        todo = [c for c in target.split("/") if c not in ("", ".")] + todo
+    return os.path.join(root, *done)
 
 
 def burn_argv(config_path: str | None) -> tuple[str, ...]:

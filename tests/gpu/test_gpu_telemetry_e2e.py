@@ -33,6 +33,7 @@ def agent(tmp_path, host, scenario, fake_nvml_lib) -> Iterator[Agent]:
     scenario.set([h100(i) for i in range(GPUS - 1)] + [h100(GPUS - 1, **{"field.82": "NS", "gpm": 0})])
     toml = host.toml(str(tmp_path / "state"), 'interval = "2s"\nxid_events = false\n', fake_nvml_lib)
     toml += '[checks.gpu_telemetry]\ninterval = "1s"\ncall_timeout = "300ms"\n'
+    toml += '[metrics]\nnvlink_per_link = true\nfindings_at_zero = "all"\n'  # every family as the checks make it
     a = Agent(tmp_path, toml.replace("[agent]\n", "[agent]\njitter = 0.0\n"))
     yield a
     a.stop()

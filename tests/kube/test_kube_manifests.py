@@ -58,6 +58,10 @@ def test_podmonitor_selects_the_agent_pods() -> None:
     assert pm["spec"]["namespaceSelector"]["matchNames"] == [ds["metadata"]["namespace"]]
     ports = {p["name"] for c in pod["spec"]["containers"] for p in c["ports"]}
     assert all(e["port"] in ports and e["path"] == "/metrics" for e in pm["spec"]["podMetricsEndpoints"])
+    # The workload's pod labels win over the target's (docs/metrics.md), and every agent's job is
+    # its pods' app.kubernetes.io/name, "node-health-agent": what the alerts select.
+    assert all(e["honorLabels"] is True for e in pm["spec"]["podMetricsEndpoints"])
+    assert pod["metadata"]["labels"][pm["spec"]["jobLabel"]] == "node-health-agent"
 
 
 def test_daemonset_runs_everywhere_as_the_agent_expects() -> None:

@@ -163,9 +163,16 @@ def test_kustomize_sets_the_image_from_images(base: list[dict[str, Any]]) -> Non
 
 @pytest.mark.parametrize("renderer", ["kustomize", "helm"])
 def test_namespace_admits_privileged_pods(renderer: str) -> None:
-    docs = kustomize() if renderer == "kustomize" else helm_()
+    docs = kustomize() if renderer == "kustomize" else helm_({"namespace": {"create": True}})
     ns = find(docs, "Namespace", find(docs, "DaemonSet")["metadata"]["namespace"])
     assert ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"
+
+
+def test_the_chart_does_not_own_the_release_namespace_unless_asked(chart: list[dict[str, Any]]) -> None:
+    """`helm install --create-namespace` (Helm stores the release in it first), or an existing one:
+    the chart neither conflicts with it nor deletes it on uninstall."""
+    assert NAMESPACE not in {d["metadata"]["name"] for d in chart if d["kind"] == "Namespace"}
+    assert {d["metadata"]["name"] for d in chart if d["kind"] == "Namespace"} == {"node-health-budget", "node-health-disruption"}
 
 
 @pytest.mark.parametrize("renderer", ["kustomize", "helm"])
@@ -236,7 +243,9 @@ def normalised(doc: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def test_helm_defaults_render_the_kustomize_base(base: list[dict[str, Any]], chart: list[dict[str, Any]]) -> None:
+def test_helm_defaults_render_the_kustomize_base(base: list[dict[str, Any]]) -> None:
+    chart = helm_({"namespace": {"create": True}})  # kustomize's base creates its namespace
+
     def key(d: dict[str, Any]) -> tuple[str, str, str]:
         return d["kind"], d["metadata"].get("namespace", ""), d["metadata"]["name"]
 
@@ -327,11 +336,49 @@ def test_never_drained_namespaces_follow_the_config_and_the_release() -> None:
     assert parse(agent_toml(docs), "agent.toml").kubernetes.drain.skip_namespaces == ("kube-system", "gpu-operator")
 
 
-def test_taint_budget_needs_a_node_count_offline() -> None:
-    import helm_python
+def test_defaults_render_offline_with_the_smallest_budgets() -> None:
+    """`helm template` (Argo CD) with default values: no node count, so each budget is its
+    minimum (fewer nodes tainted or disrupted, never more), and the quota says so."""
+    docs = helm({})
+    for name in ("node-health-taint-budget", "node-health-disruption-budget"):
+        quota = find(docs, "ResourceQuota", name)
+        assert quota["spec"]["hard"] == {"count/leases.coordination.k8s.io": "1"}
+        assert quota["metadata"]["annotations"]["node-health-agent/sized-from"].startswith("unknown at render")
+    assert find(helm_(), "ResourceQuota", "node-health-taint-budget")["metadata"]["annotations"] == {
+        "node-health-agent/sized-from": "7500 nodes"}
 
-    with pytest.raises(helm_python.HelmError, match="taintBudget.nodes"):
-        helm({})
+
+def test_operator_objects_only_where_the_cluster_serves_their_crds() -> None:
+    bare = helm({}, api_versions=())
+    assert not {"PodMonitor", "ServiceMonitor", "PrometheusRule", "Service"} & {d["kind"] for d in bare}
+    assert "DaemonSet" in {d["kind"] for d in bare}
+    for doc in bare:
+        kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+    some = helm({"metrics": {"serviceMonitor": {"enabled": True}}},
+                api_versions=("monitoring.coreos.com/v1", "monitoring.coreos.com/v1/ServiceMonitor"))
+    assert {"ServiceMonitor", "Service"} <= {d["kind"] for d in some}
+    assert not {"PodMonitor", "PrometheusRule"} & {d["kind"] for d in some}
+
+
+def test_extra_args_service_account_security_context_and_fullname() -> None:
+    docs = helm_({"extraArgs": ["--log-level", "debug"], "fullnameOverride": "nha",
+                  "serviceAccount": {"annotations": {"example.com/role": "x"}},
+                  "securityContext": {"privileged": True, "readOnlyRootFilesystem": True, "runAsUser": 0}})
+    c = container(docs)
+    assert c["args"] == ["run", "--config", "/etc/node-health-agent/agent.toml", "--log-level", "debug"]
+    assert c["securityContext"] == {"privileged": True, "readOnlyRootFilesystem": True, "runAsUser": 0}
+    assert find(docs, "DaemonSet")["metadata"]["name"] == "nha"
+    sa = find(docs, "ServiceAccount")
+    assert sa["metadata"]["name"] == "nha" and sa["metadata"]["annotations"] == {"example.com/role": "x"}
+    assert find(docs, "ConfigMap", "nha-config")
+    # An existing ServiceAccount: not created; the pods, bindings and admission policies name it.
+    docs = helm_({"serviceAccount": {"create": False, "name": "gpu-agent"}})
+    assert "ServiceAccount" not in {d["kind"] for d in docs}
+    assert find(docs, "DaemonSet")["spec"]["template"]["spec"]["serviceAccountName"] == "gpu-agent"
+    for binding in (d for d in docs if d["kind"] in ("RoleBinding", "ClusterRoleBinding")):
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "gpu-agent", "namespace": NAMESPACE}]
+    for vap in (d for d in docs if d["kind"] == "ValidatingAdmissionPolicy"):
+        assert vap["spec"]["matchConditions"][0]["expression"].endswith(f"'system:serviceaccount:{NAMESPACE}:gpu-agent'")
 
 
 def test_taint_budget_off() -> None:
@@ -425,3 +472,37 @@ def test_values_schema_refuses_mistakes(values: dict[str, Any], key: str) -> Non
 
     with pytest.raises(helm_python.HelmError, match=key):
         helm_(values)
+
+
+RESET = {"mode": "enforce", "actions": ["drain", "reset_gpu", "reboot"]}
+
+
+def test_a_gpu_reset_without_nvidia_smi_in_the_pod_is_refused_at_render() -> None:
+    """The plain image has no nvidia-smi: every reset would fail and escalate to a reboot."""
+    import helm_python
+
+    with pytest.raises(helm_python.HelmError, match='remediation.actions: "reset_gpu" needs nvidia-smi'):
+        helm_({"config": {"remediation": RESET}})
+    # The NVIDIA runtime variant, an nvidia-smi of the operator's, observe mode, or no reset: rendered.
+    helm_({"config": {"remediation": RESET}, "nvidiaRuntime": {"enabled": True}})
+    helm_({"config": {"remediation": {**RESET, "gpu_reset": {"nvidia_smi": "/opt/nvidia/bin/nvidia-smi"}}}})
+    helm_({"config": {"remediation": {**RESET, "mode": "observe"}}})
+    docs = helm_({"config": {"remediation": {"mode": "enforce", "actions": ["drain", "reboot"]}}})
+    assert parse(agent_toml(docs), "agent.toml").remediation.actions == ("drain", "reboot")
+
+
+def test_monitors_take_honor_labels_relabelings_and_metric_relabelings() -> None:
+    extra = {"honorLabels": False, "relabelings": [{"targetLabel": "cluster", "replacement": "eu-1"}],
+             "metricRelabelings": [{"sourceLabels": ["__name__"], "regex": "node_health_gpu_clock_event_.*", "action": "drop"}]}
+    docs = helm_({"metrics": {"podMonitor": extra, "serviceMonitor": {"enabled": True, **extra}}})
+    for kind, key in (("PodMonitor", "podMetricsEndpoints"), ("ServiceMonitor", "endpoints")):
+        (ep,) = find(docs, kind)["spec"][key]
+        assert ep["honorLabels"] is False
+        assert ep["relabelings"] == [
+            {"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "instance", "action": "replace"},
+            {"targetLabel": "cluster", "replacement": "eu-1"}]
+        assert ep["metricRelabelings"] == extra["metricRelabelings"]
+        assert find(docs, kind)["spec"]["jobLabel"] == "app.kubernetes.io/name"
+    for kind, key in (("PodMonitor", "podMetricsEndpoints"),):
+        (ep,) = find(helm_(), kind)["spec"][key]
+        assert ep["honorLabels"] is True and "metricRelabelings" not in ep

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import yaml
 from conftest import require_tool, update_requested
+from kube_render import find, helm
 from promql import PROMETHEUS_SERIES, metric_names
 
 from agent.registry import CATALOG
@@ -138,3 +139,52 @@ def test_the_rules_name_only_metrics_the_catalog_declares() -> None:
         names = metric_names(rule["expr"])
         assert names, f"{name} selects no metric"
         assert names - set(CATALOG.metrics) <= PROMETHEUS_SERIES, f"{name}: {names - set(CATALOG.metrics)}"
+
+
+CHART_NODES = {"taintBudget": {"nodes": 10}}
+
+
+def chart_rule_spec(values: dict[str, Any], name: str = "node-health-agent") -> dict[str, Any]:
+    return dict(find(helm({**CHART_NODES, **values}, name=name), "PrometheusRule")["spec"])
+
+
+def test_the_charts_prometheusrule_is_the_rules_file_by_default() -> None:
+    assert chart_rule_spec({}) == {"groups": groups()}
+
+
+def test_the_chart_templates_the_agent_selector_and_runbook_urls(tmp_path: Path) -> None:
+    spec = chart_rule_spec({"prometheusRule": {"agentSelector": 'job="gpu-agents",cluster="eu-1"',
+                                               "runbookBaseURL": "https://runbooks.example.com/nha#"}})
+    rules = {r["alert"]: r for g in spec["groups"] for r in g["rules"]}
+    assert set(rules) == set(alerts())
+    assert rules["NodeHealthAgentDown"]["expr"] == 'up{job="gpu-agents",cluster="eu-1"} == 0'
+    assert rules["NodeHealthAgentAbsent"]["expr"] == 'absent(up{job="gpu-agents",cluster="eu-1"})'
+    for name, rule in rules.items():
+        assert rule["annotations"]["runbook_url"] == "https://runbooks.example.com/nha#" + name.lower()
+    path = tmp_path / "chart-rules.yml"
+    path.write_text(yaml.safe_dump(spec))
+    res = promtool("check", "rules", str(path))
+    assert res.returncode == 0, res.stdout
+
+
+def _job(docs: list[dict[str, Any]], kind: str) -> str:
+    """The job the Prometheus Operator gives a monitor's targets: the value of its jobLabel on
+    the pods (PodMonitor) or the Service (ServiceMonitor); without jobLabel, <namespace>/<name>
+    (PodMonitor) or the Service's name."""
+    monitor = find(docs, kind)
+    owner = (find(docs, "DaemonSet")["spec"]["template"] if kind == "PodMonitor"
+             else find(docs, "Service", monitor["metadata"]["name"] + "-metrics"))
+    label = monitor["spec"].get("jobLabel")
+    if label and label in owner["metadata"]["labels"]:
+        return str(owner["metadata"]["labels"][label])
+    return f"{monitor['metadata']['namespace']}/{monitor['metadata']['name']}" if kind == "PodMonitor" \
+        else str(owner["metadata"]["name"])
+
+
+@pytest.mark.parametrize("release", ["node-health-agent", "gpu-agents"])
+@pytest.mark.parametrize("kind", ["PodMonitor", "ServiceMonitor"])
+def test_every_release_and_monitor_gives_the_job_the_alerts_select(release: str, kind: str) -> None:
+    docs = helm({**CHART_NODES, "metrics": {"serviceMonitor": {"enabled": True}}}, name=release)
+    selector = yaml.safe_load(Path(ROOT / "charts/node-health-agent/values.yaml").read_text())["prometheusRule"]["agentSelector"]
+    assert selector == f'job="{_job(docs, kind)}"'
+    assert f"up{{{selector}}}" in alerts()["NodeHealthAgentDown"]["expr"]

@@ -7,7 +7,7 @@ from fakebins import FakeBins, FakeProc
 from remediation_support import CATALOG, FakeCluster, Users, enforce, fault_list, finding
 
 from agent.hostpaths import HostPaths
-from agent.remediation.host import Host
+from agent.remediation.host import Host, under_root
 from agent.remediation.ladder import Ladder
 from agent.statedir import StateDir
 
@@ -130,3 +130,53 @@ def test_ladder_end_to_end_on_the_seams_reset_then_reboot_on_failure(tmp_path, b
     assert [r.back for r in ladder.rec.reboots] == [True]
     assert ladder.step == "reboot" and len(bins.calls("systemctl")) == 1  # held: below min_uptime
     assert "uptime" in ladder.waiting
+
+
+def test_kured_sentinel_follows_the_hosts_links_within_the_host_root(tmp_path, proc):
+    """/var/run → /run on the host (absolute, as Debian and RHEL ship it): under the rootfs the
+    sentinel lands in the host's /run, not in the /run of the process that writes it."""
+    root = tmp_path / "host"
+    (root / "run").mkdir(parents=True)
+    (root / "var").mkdir()
+    (root / "var/run").symlink_to("/run")
+    h = host(proc, rootfs=str(root), reboot={"method": "kured"})
+    res = h.reboot()
+    assert res.ok, res.detail
+    assert (root / "run/reboot-required").is_file() and (root / "var/run").is_symlink()
+    assert str(root / "run/reboot-required") in h.describe_reboot()
+
+
+@pytest.mark.parametrize(("links", "path", "want"), [
+    ({"var/run": "../run"}, "/var/run/reboot-required", "run/reboot-required"),  # relative target
+    ({"var/run": "/run", "run": "/state/run"}, "/var/run/x", "state/run/x"),  # a chain of links
+    ({"a": "/../../../escape"}, "/a/f", "escape/f"),  # ".." stops at the host's root
+    ({}, "/var/run/reboot-required", "var/run/reboot-required"),  # nothing there yet: created as written
+])
+def test_under_root_resolves_like_a_chroot(tmp_path, links, path, want):
+    root = tmp_path / "host"
+    root.mkdir()
+    for link, target in links.items():
+        (root / link).parent.mkdir(parents=True, exist_ok=True)
+        (root / link).symlink_to(target)
+    assert under_root(str(root), path) == str(root / want)
+
+
+def test_under_root_stops_on_a_link_loop(tmp_path):
+    root = tmp_path / "host"
+    root.mkdir()
+    (root / "a").symlink_to("/b")
+    (root / "b").symlink_to("/a")
+    assert under_root(str(root), "/a/f").startswith(str(root))
+
+
+def test_a_reset_without_nvidia_smi_is_refused_before_anything_runs(tmp_path, proc, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    h = host(proc)
+    why = h.reset_unavailable()
+    assert why is not None and "nvidia-smi" in why and "nvidiaRuntime.enabled" in why
+    res = h.reset_gpu(UUID)
+    assert not res.ok and res.detail.startswith("GPU reset refused: nvidia-smi")
+
+
+def test_nvidia_smi_present_is_no_refusal(bins, proc):
+    assert host(proc).reset_unavailable() is None

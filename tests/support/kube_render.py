@@ -38,12 +38,26 @@ def kustomize(components: Sequence[str] = ()) -> list[Doc]:
     return [d for d in yaml.safe_load_all(out.stdout) if d]
 
 
-def helm(values: Mapping[str, Any] | None = None, *, name: str = RELEASE, namespace: str = NAMESPACE) -> list[Doc]:
-    """`helm template` through Helm's own engine; a template's `fail` raises helm_python.HelmError."""
-    import helm_python
+# What a cluster with the Prometheus Operator serves (`helm template --api-versions ...`,
+# as Argo CD passes its cluster's): the chart renders its monitors and rules only where these are.
+OPERATOR_APIS = ("monitoring.coreos.com/v1", "monitoring.coreos.com/v1/PodMonitor",
+                 "monitoring.coreos.com/v1/ServiceMonitor", "monitoring.coreos.com/v1/PrometheusRule")
 
+
+def helm(values: Mapping[str, Any] | None = None, *, name: str = RELEASE, namespace: str = NAMESPACE,
+         api_versions: Sequence[str] = OPERATOR_APIS) -> list[Doc]:
+    """`helm template --api-versions ...` through Helm's own engine; a template's `fail` raises
+    helm_python.HelmError, a value the schema refuses helm_python.HelmValuesError."""
+    import json
+
+    import helm_python
+    from helm_python import _native
+
+    opts = {"name": name, "namespace": namespace, "api_versions": list(api_versions)}
     with helm_python.Chart.load(str(CHART)) as chart:
-        rendered = chart.render(dict(values or {}), name=name, namespace=namespace)
+        # Chart.render does not pass api_versions; the SDK's helm_render takes them.
+        rendered = json.loads(_native.call_string("helm_render", chart._raw(), json.dumps(dict(values or {})),
+                                                  json.dumps(opts)))
     return [d for text in rendered.values() for d in yaml.safe_load_all(text) if d]
 
 

@@ -1,6 +1,8 @@
-{{/* The release's object names: the release name, or <release>-node-health-agent. */}}
+{{/* The release's object names: fullnameOverride, the release name, or <release>-node-health-agent. */}}
 {{- define "nha.fullname" -}}
-{{- if contains .Chart.Name .Release.Name -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else if contains .Chart.Name .Release.Name -}}
 {{- .Release.Name | trunc 63 | trimSuffix "-" -}}
 {{- else -}}
 {{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
@@ -19,8 +21,13 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end -}}
 
+{{/* The agent's ServiceAccount: serviceAccount.name, else the release's name. */}}
+{{- define "nha.serviceAccountName" -}}
+{{- .Values.serviceAccount.name | default (include "nha.fullname" .) -}}
+{{- end -}}
+
 {{- define "nha.serviceAccount" -}}
-system:serviceaccount:{{ .Release.Namespace }}:{{ include "nha.fullname" . }}
+system:serviceaccount:{{ .Release.Namespace }}:{{ include "nha.serviceAccountName" . }}
 {{- end -}}
 
 {{- define "nha.killSwitch" -}}
@@ -36,10 +43,19 @@ system:serviceaccount:{{ .Release.Namespace }}:{{ include "nha.fullname" . }}
 {{- $list := lookup "v1" "Node" "" "" -}}
 {{- $nodes = len (default (list) (get (default (dict) $list) "items")) -}}
 {{- end -}}
-{{- if eq $nodes 0 -}}
-{{- fail "taintBudget.nodes: the node count cannot be looked up here (helm template, or no access to list nodes); set taintBudget.nodes to the cluster's node count" -}}
-{{- end -}}
+{{- /* No count (helm template, Argo CD, no right to list nodes): the minimum, the smallest
+     budget, so the agents taint and disrupt too few nodes rather than too many. */ -}}
 {{- max (int $b.minimum) (div (mul $nodes (int $b.percent)) 100) -}}
+{{- end -}}
+
+{{/* How a budget was sized, for its annotation. */}}
+{{- define "nha.nodeCount" -}}
+{{- $nodes := int .Values.taintBudget.nodes -}}
+{{- if eq $nodes 0 -}}
+{{- $list := lookup "v1" "Node" "" "" -}}
+{{- $nodes = len (default (list) (get (default (dict) $list) "items")) -}}
+{{- end -}}
+{{- if eq $nodes 0 }}unknown at render: the minimum; set taintBudget.nodes{{ else }}{{ $nodes }} nodes{{ end -}}
 {{- end -}}
 
 {{- define "nha.budgetSize" -}}
@@ -100,6 +116,14 @@ httpGet: {path: /healthz, port: metrics, scheme: {{ include "nha.scheme" . }}}
 {{- $_ := set $fixed.metrics "tls" $tls -}}
 {{- end -}}
 {{- $cfg := mergeOverwrite (deepCopy (default (dict) .Values.config)) $fixed -}}
-{{- /* Helm reads every number in values as a float: write 8.0 back as 8 (a float key takes an integer too). */ -}}
-{{- regexReplaceAll "(?m)^(\\s*[A-Za-z0-9_\"-]+ = -?[0-9]+)\\.0$" (toToml $cfg) "${1}" -}}
+{{- /* Helm reads every number in values as a float: write 8.0 back as 8, and 6.7108864e+07
+     as 67108864 (a float key takes an integer too). */ -}}
+{{- $toml := toToml $cfg -}}
+{{- range $m := regexFindAll "= -?[0-9]+(\\.[0-9]+)?e\\+[0-9]+\n" $toml -1 -}}
+{{- $n := $m | trimPrefix "= " | trimSuffix "\n" | float64 -}}
+{{- if eq ($n | int64 | float64) $n -}}
+{{- $toml = replace $m (printf "= %d\n" ($n | int64)) $toml -}}
+{{- end -}}
+{{- end -}}
+{{- regexReplaceAll "(?m)^(\\s*[A-Za-z0-9_\"-]+ = -?[0-9]+)\\.0$" $toml "${1}" -}}
 {{- end -}}
