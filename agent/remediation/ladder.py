@@ -429,6 +429,10 @@ class Ladder:
             return self._escalate(ep, f"the UUID of {ep.subject} is unknown: cannot reset it")
         if self._resets(ep.uuid) >= gr.max_per_boot:
             return self._escalate(ep, self._spent(ep.uuid))
+        missing = self.host.reset_unavailable()
+        if missing is not None:  # no tool to reset with is a deployment to mend, not a GPU a reboot would cure
+            self._wait("reset_gpu", f"GPU {ep.uuid}: {missing}; the reset waits (no reboot in its place)")
+            return False
         mig = self.host.gpu_mig(ep.uuid)
         if mig is None and not gr.allow_mig:  # fail closed: what cannot be read is MIG
             return self._escalate(ep, f"the MIG mode of GPU {ep.uuid} cannot be read (nvidia-smi failed or hung): "

@@ -127,6 +127,24 @@ def test_a_failed_reset_or_verification_escalates_to_a_reboot_after_a_full_drain
     assert any(f.reason == "RemediationFailed" for f in ladder.findings())
 
 
+def test_a_reset_with_no_nvidia_smi_here_waits_and_never_becomes_a_reboot(tmp_path):
+    """The DaemonSet's plain image has no nvidia-smi: the reset is refused up front (Host.reset_unavailable),
+    and the ladder holds with a finding that says why; a reboot would not mend a missing tool."""
+    cfg = enforce()
+    cluster, host, clock = FakeCluster(), FakeHost(cfg), Clock()
+    host.reset_missing = "nvidia-smi is not found here"
+    ladder = make(tmp_path, cfg, cluster=cluster, host=host, clock=clock, users=Users({"GPU-aaaa": frozenset()}))
+    for _ in range(3):
+        ladder.tick(fault_list(RESET))
+        clock.t += 3600
+    assert host.count("reset_gpu") == 0 and host.count("reboot") == 0
+    held = [f for f in ladder.findings() if f.reason == "RemediationHeld" and f.subject == "reset_gpu"]
+    assert held and "nvidia-smi is not found here" in held[0].message and "no reboot" in held[0].message
+    host.reset_missing = None  # the NVIDIA runtime variant deployed: the reset runs
+    ladder.tick(fault_list(RESET))
+    assert host.count("reset_gpu") == 1 and host.count("reboot") == 0
+
+
 def test_the_same_fault_after_two_reboots_retires_the_node_and_no_third_reboot(tmp_path):
     cfg = enforce(retire={"command": ["/bin/true"], "power_off_after": "1h"})
     cluster, host, clock = FakeCluster(), FakeHost(cfg), Clock()

@@ -58,6 +58,7 @@ class FakeHost(Host):
         self.pids: dict[str, tuple[int, ...] | None] = {}
         self.mig: dict[str, bool] = {}
         self.reset_ok = True
+        self.reset_missing: str | None = None  # why no reset can run here (Host.reset_unavailable), or None
         self.verify_ok = True
         self.reboot_ok = True
         self.clock: Clock | None = None  # the test's clock (make() sets it): the boot clock runs with it
@@ -79,6 +80,9 @@ class FakeHost(Host):
 
     def gpu_mig(self, uuid: str) -> bool | None:
         return self.mig.get(uuid, False)
+
+    def reset_unavailable(self) -> str | None:
+        return self.reset_missing
 
     def reset_gpu(self, uuid: str) -> Result:
         self.calls.append(("reset_gpu", uuid))
