@@ -188,14 +188,18 @@ class Actuator:
 
     # ------------------------------------------------------------ the node's pods (agent.pods)
 
-    def start_pod_watch(self) -> PodWatch | None:
-        """The one watch on this node's pods, through this actuator's client and gate (None without a cluster)."""
+    def start_pod_watch(self, annotations: Iterable[str] = ()) -> PodWatch | None:
+        """The one watch on this node's pods, through this actuator's client and gate (None without a cluster);
+        of the pods' annotations it keeps only `annotations` (the keys the checks read)."""
         rec = self.reconciler
         if rec.api is None:
             return None
+        keep = frozenset(annotations)
+        if self.pod_watch is not None and self.pod_watch.annotations != keep:
+            self.stop_pod_watch()
         if self.pod_watch is None:
             self.pod_watch = PodWatch(rec.api, rec.node_name, rec.cfg.pods, startup_jitter=rec.cfg.startup_jitter,
-                                      on_change=self._wake.set)
+                                      on_change=self._wake.set, annotations=keep)
             self.pod_watch.start()
             self.source.watching_pods = True
         return self.pod_watch
@@ -280,10 +284,10 @@ def start(
     return act
 
 
-def pods_once(k: KubernetesSection, node: str, kubeconfig: str | None) -> PodView | None:
+def pods_once(k: KubernetesSection, node: str, kubeconfig: str | None, annotations: Iterable[str] = ()) -> PodView | None:
     """The node's pods from one LIST, for a single pass (`agent run --once`, `agent selftest`): no watch is
     worth starting for one run. None without a cluster; a view whose pods() is None when the LIST failed."""
     if not k.enabled:
         return None
     found = connect(k, kubeconfig, Stats())
-    return list_once(found[0], node) if found is not None else None
+    return list_once(found[0], node, frozenset(annotations)) if found is not None else None

@@ -30,9 +30,18 @@ REASONS: tuple[Reason, ...] = (
     ),
     Reason(
         "TrafficShapingAnnotationInvalid",
-        Severity.WARNING,
+        Severity.INFO,
         "A pod's internet egress limit (its annotation or its namespace's default) is not a rate the agent accepts, "
-        "or the pod uses the host's network: the pod is not shaped (subject: namespace/pod).",
+        "or the pod uses the host's network: the pod is not shaped (subject: namespace/pod; the message quotes at "
+        "most a short, escaped excerpt). A tenant's input: never a taint, a condition or a Node Event.",
+        action="none",
+    ),
+    Reason(
+        "TrafficPodInputRefused",
+        Severity.INFO,
+        "A pod's uid or name is not what Kubernetes gives, an address in its status.podIPs is not a single IP "
+        "(a network, a zone, garbage), or two pods list the same address (subject: the address; the message names "
+        "both): no counting or shaping rule is written for it. Never a taint, a condition or a Node Event.",
         action="none",
     ),
     Reason(

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from ..findings import ObservationBuilder, Severity
 from ..parsers.iptsave import KIND_RULE
+from ..pods import Refused, vet
 from .datapath import Verdict, Witness, cilium_routing, jump_bytes
 from .detect import Backend, resolve
 from .perpod import CHAINS as POD_CHAINS
@@ -47,6 +48,10 @@ class Keeper:
         self.nets = [ipaddress.ip_network(r) for r in cfg.internal_ranges]
         self.per_pod = cfg.pods.enabled
         self.pod_view: PodView | None = ctx.pods if self.per_pod else None
+        # every feature that writes rules per pod reads the pods; what is refused of them is reported here, once
+        self.any_view: PodView | None = ctx.pods if self.per_pod or cfg.shaping.enabled else None
+        self.vetted_from: tuple[PodAddr, ...] | None = None
+        self.refused: tuple[Refused, ...] = ()
         # without a cluster, the configured networks; with one, the pods as last known
         self.counted: tuple[Counted, ...] = from_static(cfg.pods.static) if self.per_pod and ctx.pods is None else ()
         self.pods_known = True  # False while the pod view says it does not know
@@ -84,6 +89,7 @@ class Keeper:
         if self.tallies is None:
             self.tallies = Tallies(self.state_dir)
         try:
+            self._refuse(b)
             self._pods(b)
             backend = self._prepare(b)
             if backend is not None:
@@ -180,12 +186,27 @@ class Keeper:
         if snapshot == self.last_pods:
             return
         self.last_pods = snapshot
-        counted, notes = from_pods(snapshot)
-        for note in notes:
-            log.warning("per-pod traffic: %s", note)
+        counted, _ = from_pods(snapshot)  # what is refused is reported by _refuse
         if counted != self.counted:
             self.counted = counted
             self._counted_changed()
+
+    def _refuse(self, b: ObservationBuilder) -> None:
+        """A finding per pod or address no rule is written for (`agent.pods.vet`): never node state, and
+        logged once when the pods change, not every run."""
+        view = self.any_view
+        pods = view.pods() if view is not None else None
+        if pods is None:
+            return  # unknown: PodTrafficUnknown says so; what was refused before stays refused
+        snapshot = tuple(pods)
+        if snapshot != self.vetted_from:
+            self.vetted_from = snapshot
+            refused = vet(snapshot).refused
+            for r in set(refused) - set(self.refused):
+                log.warning("pods: %s: %s", r.subject, r.why)
+            self.refused = refused
+        for r in self.refused:
+            b.finding(r.subject, "TrafficPodInputRefused", r.why)
 
     def _forget_pods(self) -> None:
         """Tallies of rules no longer wanted (a pod that left): its series goes, and so does its state."""

@@ -6,9 +6,11 @@ import ipaddress
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from fractions import Fraction
 from types import MappingProxyType
 from typing import Literal
 
+from ..pods import excerpt
 from ..schema import CheckConfig, opt
 
 MAX_RANGES = 256
@@ -17,25 +19,35 @@ _NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,61}[a-z0-9])?$")  # a DNS label (dot
 ANNOTATION = "node-health-agent/internet-egress-bandwidth"
 MIN_RATE, MAX_RATE = 8_000, 10**13  # bits per second: 8 kbit/s .. 10 Tbit/s (HTB's 64-bit rates)
 UNLIMITED = "unlimited"
-_RATE = re.compile(r"^([0-9]+(?:\.[0-9]+)?)(k|K|M|G|T|Ki|Mi|Gi|Ti)?$")
+_RATE = re.compile(r"([0-9]+(?:\.[0-9]+)?)(k|K|M|G|T|Ki|Mi|Gi|Ti)?", re.ASCII)
 _FACTOR = {None: 1, "k": 10**3, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12,
            "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
 RATE_FORMAT = (f'a rate in bits per second: a number with an optional suffix k, M, G, T (powers of 1000) or Ki, Mi, '
                f'Gi, Ti (powers of 1024), e.g. "200M" or "1.5G", between 8k and 10T; or "{UNLIMITED}"')
 
 
+MAX_RATE_TEXT = 32  # characters: "1.5G" needs 4; anything longer is refused before it is parsed
+
+
+class RateError(ValueError):
+    """A rate that is not one the agent accepts; its message quotes at most a short, escaped excerpt."""
+
+
 def parse_rate(text: str) -> int | None:
     """A rate as the shaping annotation and config give it, in bits per second; None for "unlimited".
-    The units are Kubernetes quantities' (as in kubernetes.io/egress-bandwidth). Raises ValueError."""
+    The units are Kubernetes quantities' (as in kubernetes.io/egress-bandwidth). Raises RateError (a
+    ValueError) for anything else, whatever the text (309 nines, NaN, unicode digits, newlines)."""
+    if not isinstance(text, str) or len(text) > MAX_RATE_TEXT:
+        raise RateError(f"expected {RATE_FORMAT}, got {excerpt(text)}")
     value = text.strip()
     if value == UNLIMITED:
         return None
-    m = _RATE.match(value)
+    m = _RATE.fullmatch(value)
     if m is None:
-        raise ValueError(f'expected {RATE_FORMAT}, got "{text}"')
-    bits = round(float(m.group(1)) * _FACTOR[m.group(2)])
+        raise RateError(f"expected {RATE_FORMAT}, got {excerpt(text)}")
+    bits = round(Fraction(m.group(1)) * _FACTOR[m.group(2)])  # exact: no float overflow, no NaN
     if not MIN_RATE <= bits <= MAX_RATE:
-        raise ValueError(f'expected a rate between 8k and 10T bits per second, got "{text}"')
+        raise RateError(f"expected a rate between 8k and 10T bits per second, got {excerpt(text)}")
     return bits
 
 
