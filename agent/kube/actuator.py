@@ -24,11 +24,12 @@ from typing import Any
 
 from ..catalog import Catalog
 from ..findings import Finding, Sample
-from ..pods import PodView
+from ..pods import PodView, excerpt
 from ..statedir import StateDir
 from ..store import Snapshot
 from . import SOURCE
 from .api import ApiError, KubeApi, Stats, Wait, interrupt_stream
+from .catalog import CATALOG
 from .podwatch import PodWatch, list_once
 from .reconciler import Reconciler
 from .settings import KillSwitchSection, KubernetesSection
@@ -68,14 +69,23 @@ class FindingsSource:
 
 
 class KillSwitch:
+    """The cluster's kill switch, failing closed: its key absent or exactly "false" lets taint changes go;
+    any other value ("true", "yes", "1", "True ", a typo, not a string) pauses them, logged once per value.
+    A ConfigMap deleted while watched keeps the last known state (logged, `KillSwitchDeleted`, the
+    ``node_health_kube_kill_switch_missing`` gauge); one that never existed since the agent started is
+    active, as a key absent, and says so the same way."""
+
     def __init__(
         self, api: KubeApi, cfg: KillSwitchSection, on_change: Callable[[bool | None], None], stop: threading.Event
     ) -> None:
         self.api, self.cfg, self.on_change, self.stop = api, cfg, on_change, stop
         self.state: bool | None = None
+        self.missing = False  # the ConfigMap does not exist (the last state it had, if any, is kept)
+        self.seen = False  # it existed at some point since the agent started
         self._resp: Any = None
         self._rng = random.Random()
         self._error: str | None = None
+        self._odd: str | None = None  # the last value that paused without being "true" (logged once)
 
     def run(self) -> None:
         rv = ""
@@ -83,7 +93,7 @@ class KillSwitch:
             try:
                 if not rv:
                     obj, rv = self.api.list_configmap(self.cfg.namespace, self.cfg.name, block=self._sleep_until)
-                    self._set(self._paused(obj))
+                    self._found(obj)
                 rv = self._watch(rv)
                 self._error = None
             except Wait:
@@ -104,9 +114,9 @@ class KillSwitch:
                 return ""
             rv = str((obj.get("metadata") or {}).get("resourceVersion") or rv)
             if ev.get("type") in ("ADDED", "MODIFIED"):
-                self._set(self._paused(obj))
+                self._found(obj)
             elif ev.get("type") == "DELETED":
-                self._set(False)
+                self._found(None)
             if self.stop.is_set():
                 break
         return rv
@@ -123,9 +133,56 @@ class KillSwitch:
             self._sleep_until(time.monotonic() + self._rng.uniform(30, 90))
         return ""
 
-    def _paused(self, obj: dict[str, Any] | None) -> bool:
-        value = ((obj or {}).get("data") or {}).get(self.cfg.key, "")
-        return str(value).strip().lower() == "true"
+    def _found(self, obj: dict[str, Any] | None) -> None:
+        """The ConfigMap as listed or watched (None: it does not exist)."""
+        where = f"kill switch {self.cfg.namespace}/{self.cfg.name}"
+        if obj is None:
+            if not self.missing:
+                self.missing = True
+                if self.seen and self.state is not None:
+                    log.warning("%s: the ConfigMap was deleted; keeping its last known state (%s) until it is back",
+                                where, "paused" if self.state else "active")
+                else:
+                    log.warning("%s: no such ConfigMap; taint changes allowed as with data.%s absent (create it "
+                                "to be able to pause)", where, self.cfg.key)
+            if self.state is None:
+                self._set(False)
+            else:
+                self.on_change(self.state)  # the state is kept; its findings and metrics change
+            return
+        if self.missing:
+            log.warning("%s: the ConfigMap exists again", where)
+        self.missing, self.seen = False, True
+        self._set(self._paused(obj))
+
+    def _paused(self, obj: dict[str, Any]) -> bool:
+        data = obj.get("data")
+        if data is not None and not isinstance(data, dict):
+            return self._odd_value(data)
+        if data is None or self.cfg.key not in data:
+            return False
+        value = data[self.cfg.key]
+        if value == "false":
+            return False
+        if value != "true":
+            return self._odd_value(value)
+        return True
+
+    def _odd_value(self, value: object) -> bool:
+        shown = excerpt(value)
+        if shown != self._odd:
+            self._odd = shown
+            log.warning("kill switch %s/%s: data.%s = %s is neither \"true\" nor \"false\": taint changes paused "
+                        "(fail closed)", self.cfg.namespace, self.cfg.name, self.cfg.key, shown)
+        return True
+
+    def findings(self) -> tuple[Finding, ...]:
+        if not (self.missing and self.seen):
+            return ()
+        kept = {True: "paused", False: "active", None: "unknown"}[self.state]
+        return (CATALOG.finding(SOURCE, "kill_switch", "KillSwitchDeleted",
+                                f"the kill switch ConfigMap {self.cfg.namespace}/{self.cfg.name} was deleted; its "
+                                f"last known state ({kept}) is kept until it is back"),)
 
     def _set(self, state: bool | None) -> None:
         if state != self.state:
@@ -236,12 +293,16 @@ class Actuator:
 
     def _publish(self) -> None:
         rec, pw = self.reconciler, self.pod_watch
-        self.source.publish(rec.findings() + (pw.findings() if pw is not None else ()))
-        if self.kill_switch is None:
+        ksw = self.kill_switch
+        self.source.publish(rec.findings() + (pw.findings() if pw is not None else ())
+                            + (ksw.findings() if ksw is not None else ()))
+        if ksw is None:
             ks = "disabled"
         else:
             ks = {True: "paused", False: "active", None: "unknown"}[rec.paused]
         samples = rec.samples(ks) + (pw.samples() if pw is not None else [])
+        if ksw is not None:
+            samples.append(Sample("node_health_kube_kill_switch_missing", 1.0 if ksw.missing else 0.0))
         if samples != self._samples:
             self._samples = samples
             self._publish_samples(samples)
