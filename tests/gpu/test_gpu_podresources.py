@@ -3,10 +3,16 @@ unix socket: the reply decoded, errors, a hang, no socket; the wire format alone
 
 from __future__ import annotations
 
+import socket
 import threading
+import time
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 from fakekubelet import FakeKubelet, encode_list_response
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from agent.gpu import podresources as pr
 
@@ -95,3 +101,90 @@ def test_unknown_fields_are_skipped_and_garbage_is_an_error() -> None:
         pr.decode_list_response(b"\x0b")  # wire type 3 (groups) is not in proto3
     with pytest.raises(pr.PodResourcesError, match="truncated"):
         pr.grpc_messages(b"\x00\x00\x00\x00\x09abc")
+
+
+# ------------------------------------------------------------------ a hostile kubelet (issue 25 item 4)
+
+
+def frame(kind: int, flags: int, stream: int, payload: bytes) -> bytes:
+    return len(payload).to_bytes(3, "big") + bytes([kind, flags]) + stream.to_bytes(4, "big") + payload
+
+
+SETTINGS, HEADERS, CONTINUATION, DATA = 4, 1, 9, 0
+END_STREAM, END_HEADERS = 0x1, 0x4
+
+
+def hostile(path: str, script: Callable[[socket.socket], None]) -> threading.Thread:
+    """A unix socket that accepts one connection, reads the request, and plays `script` to the client."""
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(path)
+    srv.listen(1)
+
+    def serve() -> None:
+        conn, _ = srv.accept()
+        try:
+            conn.settimeout(5)
+            conn.recv(1 << 16)
+            conn.sendall(frame(SETTINGS, 0, 0, b""))
+            script(conn)
+        except OSError:
+            pass  # the client gave up, as it should
+        finally:
+            conn.close()
+            srv.close()
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    return t
+
+
+def non_utf8_headers(conn: socket.socket) -> None:
+    import hpack
+
+    block = hpack.Encoder().encode([(b":status", b"200"), (b"content-type", b"application/grpc"),
+                                    (b"grpc-status", b"\xff\xfe"), (b"grpc-message", b"\xc3\x28\x1b[2J" * 100)])
+    conn.sendall(frame(HEADERS, END_HEADERS | END_STREAM, 1, block))
+    time.sleep(1)
+
+
+def continuation_flood(conn: socket.socket) -> None:
+    import hpack
+
+    conn.sendall(frame(HEADERS, 0, 1, hpack.Encoder().encode([(b":status", b"200")])))
+    junk = frame(CONTINUATION, 0, 1, b"\x00" * 16000)
+    for _ in range(4000):  # 64 MB if nobody stops it
+        conn.sendall(junk)
+
+
+def protocol_error(conn: socket.socket) -> None:
+    conn.sendall(frame(DATA, END_STREAM, 0, b"x"))  # DATA on stream 0: a connection error
+    time.sleep(1)
+
+
+def http1_answer(conn: socket.socket) -> None:
+    conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+    time.sleep(1)
+
+
+@pytest.mark.parametrize("script", [non_utf8_headers, continuation_flood, protocol_error, http1_answer],
+                         ids=lambda f: f.__name__)
+def test_a_hostile_kubelet_is_a_bounded_error_naming_the_socket(sock: str, script: Any) -> None:
+    """Non-UTF-8 headers, a CONTINUATION flood, an h2 ProtocolError, HTTP/1: each a PodResourcesError naming the
+    socket (so attribution reaches its fallback: the whole node), never UnicodeDecodeError or ProtocolError."""
+    t = hostile(sock, script)
+    with pytest.raises(pr.PodResourcesError) as err:
+        pr.list_pods(sock, timeout=10)
+    said = str(err.value)
+    assert sock in said and len(said) < 600 and "\x1b" not in said and "\n" not in said, said
+    t.join(15)
+
+
+@given(st.binary(max_size=400))
+@settings(max_examples=300, deadline=None)
+def test_any_bytes_decode_to_pods_or_a_podresources_error(data: bytes) -> None:
+    """The decoders of what the kubelet sends: pods, or PodResourcesError; never another exception."""
+    for decode in (pr.decode_list_response, pr.grpc_messages):
+        try:
+            decode(data)
+        except pr.PodResourcesError:
+            pass
