@@ -29,6 +29,15 @@ REASONS: tuple[Reason, ...] = (
         action="none",
     ),
     Reason(
+        "TrafficFamilyNotCounted",
+        Severity.WARNING,
+        "An address family (IPv6 with the default internal_ranges) has no internal range, so its internet traffic "
+        "is neither counted nor shaped, while the node has a default route of it or pods have addresses of it "
+        "(subject: the family). Add the cluster's ranges of that family to internal_ranges.",
+        unknown=True,
+        action="none",
+    ),
+    Reason(
         "TrafficShapingAnnotationInvalid",
         Severity.INFO,
         "A pod's internet egress limit (its annotation or its namespace's default) is not a rate the agent accepts, "
@@ -100,6 +109,13 @@ METRICS: tuple[MetricSpec, ...] = (
         "Share of the bytes the uplinks carried in the last judged window that the iptables hooks did not see.",
     ),
     MetricSpec("node_health_traffic_backend_info", "gauge", "1 for the iptables backend in use.", ("backend",)),
+    MetricSpec(
+        "node_health_traffic_family_counted",
+        "gauge",
+        "1 when the address family's internet traffic is counted (internal_ranges holds a range of it), 0 when it "
+        "is neither counted nor shaped.",
+        ("family",),
+    ),
     MetricSpec(
         "node_health_pod_egress_limit_bytes_per_second",
         "gauge",

@@ -141,6 +141,18 @@ def routing_mode(body: bytes, sock: str) -> str | None:
 # ---------------------------------------------------------------- the counters against the interfaces
 
 
+def default_route(paths: HostPaths, version: int) -> bool:
+    """Whether the node has a default route of IP `version` (4: /proc/net/route, 6: /proc/net/ipv6_route)."""
+    try:
+        if version == 4:
+            lines = read_bounded(paths.proc("net/route"), 1 << 22).decode("ascii", "replace").splitlines()[1:]
+            return any(len(f) >= 8 and f[1] == "00000000" and f[7] == "00000000" for f in map(str.split, lines))
+        lines = read_bounded(paths.proc("net/ipv6_route"), 1 << 22).decode("ascii", "replace").splitlines()
+        return any(len(f) >= 10 and f[0] == "0" * 32 and f[1] == "00" and f[9] != "lo" for f in map(str.split, lines))
+    except (OSError, ValueError):
+        return False
+
+
 def uplinks(paths: HostPaths) -> set[str]:
     """Interfaces with a default route (IPv4 /proc/net/route, IPv6 /proc/net/ipv6_route)."""
     out: set[str] = set()

@@ -59,6 +59,19 @@ def _rate(value: str) -> str | None:
     return None
 
 
+def _finite_rate(value: str) -> str | None:
+    problem = _rate(value)
+    if problem is None and parse_rate(value) is None:
+        return f'expected a rate (not "{UNLIMITED}"), got "{value}"'
+    return problem
+
+
+def _namespace(value: str) -> str | None:
+    if re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", value):
+        return None
+    return f'expected a namespace name (a DNS-1123 label), got "{value}"'
+
+
 def _annotation(value: str) -> str | None:
     prefix, _, name = value.rpartition("/")
     if re.fullmatch(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?", name) and (
@@ -88,6 +101,15 @@ class ShapingConfig:
     namespace_defaults: Mapping[str, str] = opt(
         MappingProxyType({}), 'Limit for the pods of a namespace without the annotation: { "batch" = "100M" }.'
     )
+    binding_namespaces: tuple[str, ...] = opt(
+        (), "Namespaces whose default binds: a pod's annotation there may only lower its limit (\"unlimited\" or a "
+        "higher rate gets the namespace default). Each must have a namespace_defaults entry.", check=_namespace,
+    )
+    max_rate: str = opt(
+        "", 'Operator ceiling: the highest limit any pod gets, whatever its annotation or namespace default says '
+        '(e.g. "1G"; "10T" is capped to it). Empty: no ceiling. "unlimited" outside a binding namespace still '
+        "opts a pod out.", check=lambda v: None if v == "" else _finite_rate(v),
+    )
     interfaces: tuple[str, ...] = opt(
         (), "Uplinks to shape on; empty: the devices of the default routes (IPv4 and IPv6).", check=_interface
     )
@@ -104,7 +126,17 @@ class ShapingConfig:
             problem = _rate(value)
             if problem:
                 return f"namespace_defaults.{ns}", problem
+        for ns in self.binding_namespaces:
+            if ns not in self.namespace_defaults:
+                return "binding_namespaces", f'expected namespaces with a namespace_defaults entry, got "{ns}" without one'
+            if parse_rate(self.namespace_defaults[ns]) is None:
+                return "binding_namespaces", f'expected namespaces whose default is a rate, got "{ns}" = "unlimited"'
         return None
+
+    @property
+    def ceiling(self) -> int | None:
+        """max_rate in bits per second; None: no ceiling."""
+        return parse_rate(self.max_rate) if self.max_rate else None
 
 
 

@@ -40,7 +40,7 @@ class Limit:
     uid: str
     ips: tuple[str, ...]
     bits: int  # bits per second
-    source: str  # "annotation" or "namespace default"
+    source: str  # "annotation", "namespace default", "namespace default (binding)"; ", capped by max_rate"
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,15 +80,23 @@ def _where(pod: PodAddr, cfg: ShapingConfig) -> str:
 def _limit(pod: PodAddr, addrs: Sequence[Address], cfg: ShapingConfig) -> Limit | Invalid | None:
     value = pod.annotations.get(cfg.annotation)
     source = "annotation"
+    default = cfg.namespace_defaults.get(pod.namespace)
     if value is None:
-        value, source = cfg.namespace_defaults.get(pod.namespace), "namespace default"
+        value, source = default, "namespace default"
     if value is None:
         return None
     bits = parse_rate(value)
+    if pod.namespace in cfg.binding_namespaces and source == "annotation" and default is not None:
+        floor = parse_rate(default)  # a binding default: the annotation may only lower the limit
+        if floor is not None and (bits is None or bits > floor):
+            bits, source = floor, "namespace default (binding)"
+    ceiling = cfg.ceiling
+    if ceiling is not None and bits is not None and bits > ceiling:
+        bits, source = ceiling, f"{source}, capped by max_rate"
     if bits is None:
         return None
     if pod.host_network:
-        if source == "annotation":  # a namespace default does not claim host-network pods
+        if cfg.annotation in pod.annotations:  # a namespace default does not claim host-network pods
             return Invalid(pod.namespace, pod.name, "a host-network pod's traffic is the node's and cannot be "
                            "told apart per pod; the pod is not shaped")
         return None

@@ -165,3 +165,36 @@ def test_shaping_wants_the_pod_watch() -> None:
     off = PodsSection(enabled=False)
     assert needs(TrafficConfig(pods=off)) is False
     assert needs(TrafficConfig(pods=off, shaping=ShapingConfig(enabled=True))) is True
+
+
+def test_operator_ceiling_and_binding_namespace_default() -> None:
+    """Issue 25 item 5: max_rate caps every limit ("10T" gets 1G); in a binding namespace an annotation may only
+    lower the default ("unlimited" and "10T" get the default); elsewhere "unlimited" still opts out."""
+    cfg = ShapingConfig(enabled=True, namespace_defaults=MappingProxyType({"batch": "100M", "free": "100M"}),
+                        binding_namespaces=("batch",), max_rate="1G")
+    pods = [pod("a", "10T"), pod("b", "unlimited"), pod("c", "unlimited", ns="batch"), pod("d", "10T", ns="batch"),
+            pod("e", "20M", ns="batch"), pod("f", ns="batch"), pod("g", "unlimited", ns="free"), pod("h", "5G", ns="free")]
+    got, bad = limits(pods, cfg)
+    assert not bad
+    assert {x.pod: (x.bits, x.source) for x in got} == {
+        "a": (10**9, "annotation, capped by max_rate"),
+        "c": (10**8, "namespace default (binding)"), "d": (10**8, "namespace default (binding)"),
+        "e": (20 * 10**6, "annotation"), "f": (10**8, "namespace default"),
+        "h": (10**9, "annotation, capped by max_rate"),
+    }
+
+
+@pytest.mark.parametrize(("toml", "key", "said"), [
+    ('binding_namespaces = ["batch"]', "binding_namespaces", "without one"),
+    ('max_rate = "unlimited"', "max_rate", "not \"unlimited\""),
+    ('max_rate = "fast"', "max_rate", "expected a rate"),
+    ('namespace_defaults = { "b" = "unlimited" }\nbinding_namespaces = ["b"]', "binding_namespaces", "unlimited"),
+])
+def test_bad_ceiling_or_binding_is_refused_at_load(tmp_path, toml: str, key: str, said: str) -> None:
+    from agent.config import ConfigError, load
+
+    path = tmp_path / "agent.toml"
+    path.write_text(f"[checks.traffic.shaping]\nenabled = true\n{toml}\n")
+    with pytest.raises(ConfigError) as err:
+        load(str(path))
+    assert key in str(err.value) and said in str(err.value), str(err.value)

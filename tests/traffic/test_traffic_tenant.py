@@ -153,3 +153,50 @@ def test_policy_override_cannot_make_a_tenant_finding_node_state() -> None:
     rep = reports(snapshot([f], check="traffic", known=()))["traffic"]
     assert rep.findings == {}
     assert dataclasses.replace(f).severity.value == "info"
+
+
+V6_DEFAULT = ("00000000000000000000000000000000 00 00000000000000000000000000000000 00 "
+              "fe800000000000000000000000000001 00000400 00000001 00000000 00000003     eth0\n")
+
+
+@pytest.mark.parametrize(("ranges", "v6_route", "v6_pod", "finding"), [
+    (("10.0.0.0/8",), True, False, True), (("10.0.0.0/8",), False, True, True),
+    (("10.0.0.0/8",), False, False, False), (("10.0.0.0/8", "fd00::/8"), True, True, False),
+])
+def test_a_family_left_out_is_said(tmp_path: Any, ranges: tuple[str, ...], v6_route: bool, v6_pod: bool,
+                                   finding: bool) -> None:
+    """Issue 25 item 5: with the default internal_ranges (IPv4 only) on a node with IPv6 (a default route, or
+    pods with IPv6 addresses), IPv6 internet traffic is neither counted nor shaped: a finding and a metric say
+    so, never silence."""
+    from agent.check import CheckContext
+    from agent.config import defaults
+    from agent.findings import ObservationBuilder
+    from agent.hostpaths import HostPaths
+    from agent.registry import CATALOG as REGISTRY
+    from agent.traffic.keeper import Keeper
+    from agent.traffic.settings import TrafficConfig
+
+    net = tmp_path / "proc/net"
+    net.mkdir(parents=True)
+    (net / "route").write_text("Iface\tDestination\tGateway\n")
+    (net / "ipv6_route").write_text(V6_DEFAULT if v6_route else "")
+
+    class View:
+        def pods(self) -> list[PodAddr]:
+            return [PodAddr("team", "a", "uid-a", ("10.88.1.2", "fd00::2") if v6_pod else ("10.88.1.2",))]
+
+        def generation(self) -> int:
+            return 0
+
+    cfg = TrafficConfig(internal_ranges=ranges)
+    keeper = Keeper(CheckContext(HostPaths(procfs=str(tmp_path / "proc")), str(tmp_path), defaults(),
+                                 pods=View()), cfg)
+    b = ObservationBuilder("traffic", REGISTRY)
+    keeper._refuse(b)
+    keeper._families(b)
+    obs = b.build()
+    got = [f for f in obs.findings if f.reason == "TrafficFamilyNotCounted"]
+    assert [f.subject for f in got] == (["ipv6"] if finding else [])
+    counted = {dict(s.labels)["family"]: s.value for s in obs.samples if s.name == "node_health_traffic_family_counted"}
+    assert counted == {"ipv4": 1.0, "ipv6": 1.0 if len(ranges) == 2 else 0.0}
+    assert ("ipv6", "TrafficFamilyNotCounted") in keeper.known_findings() or len(ranges) == 2
