@@ -12,7 +12,12 @@ field of the wrong type) is damaged: it is set aside as
 ``<name>.bad-<UTC time>`` (renamed, not deleted, so it can be inspected; the
 newest `KEEP_BAD` per file are kept), named in one log line, counted in
 ``node_health_state_file_rejected_total{file}``, and that part of the state
-starts fresh. A damaged file can never crash the agent.
+starts fresh. A damaged file can never crash the agent. A file that cannot be
+read (EACCES, EIO, a directory in its place) is left where it is and ignored:
+logged once and counted in ``node_health_state_file_ignored_total{file}``
+while it stays so (not on every read of a poll), and logged again when it
+mends or fails another way. A consumer that ignores a file it read for a
+reason of its own (state of an earlier boot) says so once with `ignored`.
 """
 
 from __future__ import annotations
@@ -105,10 +110,13 @@ class StateDir:
             with open(path, "rb") as fh:
                 data = fh.read()
         except FileNotFoundError:
+            _clear_ignored(spec.name)
             return None
         except OSError as exc:
-            log.error("state file %s is unreadable, ignoring it: %s", path, exc.strerror or exc)
+            self.ignored(spec.name, f"unreadable: {exc.strerror or exc}", count=True)
             return None
+        if _clear_ignored(spec.name):
+            log.info("state file %s is readable again", path)
         try:
             if not data.strip():
                 raise Damaged("empty")
@@ -116,6 +124,20 @@ class StateDir:
         except (Damaged, TypeError, ValueError, KeyError) as exc:  # UnicodeDecodeError, JSONDecodeError: ValueError
             self._set_aside(spec.name, f"{type(exc).__name__}: {exc}")
             return None
+
+    def ignored(self, name: str, why: str, *, count: bool = False) -> None:
+        """A state file left alone and not used: logged once while `why` stays the same (ERROR when counted,
+        INFO for a consumer's routine reason such as an earlier boot's state), counted in
+        node_health_state_file_ignored_total{file} when `count`."""
+        with _rejected_lock:
+            if _ignoring.get(name) == why:
+                log.debug("state file %s still ignored: %s", self.file(name), why)
+                return
+            _ignoring[name] = why
+            if count:
+                _ignored_count[name] = _ignored_count.get(name, 0) + 1
+        (log.error if count else log.info)("state file %s is ignored (%s); that part of the state starts fresh",
+                                           self.file(name), why[:200])
 
     def _set_aside(self, name: str, why: str) -> None:
         path = self.file(name)
@@ -152,7 +174,14 @@ class Damaged(ValueError):
 
 _known: set[str] = set()
 _rejected: dict[str, int] = {}
+_ignored_count: dict[str, int] = {}
+_ignoring: dict[str, str] = {}  # file -> why it is ignored now (logged once)
 _rejected_lock = threading.Lock()
+
+
+def _clear_ignored(name: str) -> bool:
+    with _rejected_lock:
+        return _ignoring.pop(name, None) is not None
 
 
 @dataclass(frozen=True)
@@ -179,6 +208,13 @@ def rejected() -> dict[str, int]:
     """State files set aside since start, per file name; 0 for every declared file."""
     with _rejected_lock:
         return {name: _rejected.get(name, 0) for name in sorted(_known | set(_rejected))}
+
+
+def ignored() -> dict[str, int]:
+    """State files found unreadable and left alone since start (each time it began), per file name; 0 for every
+    declared file."""
+    with _rejected_lock:
+        return {name: _ignored_count.get(name, 0) for name in sorted(_known | set(_ignored_count))}
 
 
 # ---------------------------------------------------------------- shape helpers
