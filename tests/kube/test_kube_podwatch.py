@@ -8,6 +8,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 
 from agent.kube.podwatch import PodWatch, list_once, reconnect_delay, watch_timeout
 from agent.kube.settings import PodWatchSection
@@ -276,3 +279,26 @@ def test_only_the_annotations_read_are_kept() -> None:
     assert every > 20_000_000
     assert read < bare * 1.5 + 4096
     assert dict(addr_of(many[0], {ann}).annotations) == {ann: "200M"}
+
+
+JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=30),
+                    lambda kids: st.lists(kids, max_size=3) | st.dictionaries(st.text(max_size=10), kids, max_size=3),
+                    max_leaves=20)
+FIELDS = st.sampled_from(["metadata", "spec", "status", "annotations", "podIPs", "podIP", "ip", "uid", "name",
+                          "namespace", "hostNetwork", "ownerReferences", "kind", "controller", "phase",
+                          "node-health-agent/internet-egress-bandwidth", "kubernetes.io/config.mirror"])
+POD_LIKE = st.recursive(JSON, lambda kids: st.dictionaries(FIELDS, kids, max_size=5), max_leaves=40)
+
+
+@given(st.dictionaries(FIELDS, POD_LIKE, max_size=4))
+@hsettings(max_examples=120, deadline=None)
+def test_any_pod_object_gives_a_podaddr(obj: dict[str, Any]) -> None:
+    """Issue 25 item 4: whatever a (hostile) API server sends as a pod, what features and the drain keep of it is
+    made without an exception, with at most MAX_IPS addresses and only the annotation keys asked for."""
+    from agent.kube.podwatch import MAX_IPS, addr_of, drain_record
+
+    ann = "node-health-agent/internet-egress-bandwidth"
+    addr = addr_of(obj, {ann})
+    assert len(addr.ips) <= MAX_IPS and set(addr.annotations) <= {ann}
+    assert all(isinstance(v, str) for v in addr.annotations.values())
+    drain_record(obj, addr)
