@@ -200,3 +200,35 @@ def test_a_family_left_out_is_said(tmp_path: Any, ranges: tuple[str, ...], v6_ro
     counted = {dict(s.labels)["family"]: s.value for s in obs.samples if s.name == "node_health_traffic_family_counted"}
     assert counted == {"ipv4": 1.0, "ipv6": 1.0 if len(ranges) == 2 else 0.0}
     assert ("ipv6", "TrafficFamilyNotCounted") in keeper.known_findings() or len(ranges) == 2
+
+
+def test_the_shaper_run_survives_any_annotation(tmp_path: Any) -> None:
+    """Issue 25 item 1, one level up: Shaper.begin (what the traffic check runs each cycle) with pods whose
+    annotations are 309 nines, NaN and 1 KB of escapes beside a good one: no exception, one info finding per
+    bad pod naming it, the good pod shaped (dry run on lo: nothing of tc is changed)."""
+    from agent.findings import ObservationBuilder
+    from agent.registry import CATALOG as REGISTRY
+    from agent.traffic.shaper import Shaper
+
+    bad = {"p-nines": "9" * 309, "p-nan": "NaN", "p-esc": ('"\n\x1b' * 400)[:1024]}
+    pods = [PodAddr("team", n, f"uid-{n}", (f"10.88.1.{i + 2}",), False, {ANN: v}) for i, (n, v) in enumerate(bad.items())]
+    pods.append(PodAddr("team", "good", "uid-good", ("10.88.1.9",), False, {ANN: "50M"}))
+
+    class View:
+        def pods(self) -> list[PodAddr]:
+            return pods
+
+        def generation(self) -> int:
+            return 0
+
+    shaper = Shaper(ShapingConfig(enabled=True, interfaces=("lo",)), View(), str(tmp_path), dry_run=True)
+    b = ObservationBuilder("traffic", REGISTRY)
+    try:
+        subs = shaper.begin(b, lambda: {})
+    finally:
+        shaper.close()
+    found = {f.subject: f for f in b.build().findings if f.reason == "TrafficShapingAnnotationInvalid"}
+    assert set(found) == {f"team/{n}" for n in bad}
+    assert all(f.severity.value == "info" and len(f.message) < 600 and "\n" not in f.message for f in found.values())
+    assert [w.pod for w in shaper.wanted] == ["good"]
+    assert [r.src for r in subs["ipv4"][0].rules] == ["10.88.1.9/32"]
