@@ -25,7 +25,7 @@ from typing import Any
 from ..catalog import Catalog
 from ..findings import Finding, Sample
 from ..pods import PodView, excerpt
-from ..statedir import StateDir
+from ..statedir import StateDir, StateFile, flag, obj, text
 from ..store import Snapshot
 from . import SOURCE
 from .api import ApiError, KubeApi, Stats, Wait, interrupt_stream
@@ -37,6 +37,15 @@ from .settings import KillSwitchSection, KubernetesSection
 log = logging.getLogger(__name__)
 
 WATCH_MIN, WATCH_MAX = 1800, 3600  # seconds a kill-switch watch lasts (jittered)
+KILL_SWITCH_STATE = "kill-switch.json"
+
+
+def _parse_kept(raw: Any) -> tuple[str, bool]:
+    d = obj(raw)
+    return text(d["switch"], "switch"), flag(d["paused"], "paused")
+
+
+KILL_SWITCH_FILE = StateFile(KILL_SWITCH_STATE, _parse_kept)
 IDLE_WAKE = 3600.0  # the actuator wakes at least this often even with nothing to do
 
 
@@ -71,17 +80,22 @@ class FindingsSource:
 class KillSwitch:
     """The cluster's kill switch, failing closed: its key absent or exactly "false" lets taint changes go;
     any other value ("true", "yes", "1", "True ", a typo, not a string) pauses them, logged once per value.
-    A ConfigMap deleted while watched keeps the last known state (logged, `KillSwitchDeleted`, the
-    ``node_health_kube_kill_switch_missing`` gauge); one that never existed since the agent started is
-    active, as a key absent, and says so the same way."""
+    A ConfigMap deleted keeps the last known state (logged, `KillSwitchDeleted`, the
+    ``node_health_kube_kill_switch_missing`` gauge), across restarts too: the last state read from it is kept
+    in ``kill-switch.json`` in the state dir. One that never existed (no state kept) is active, as a key
+    absent, and the gauge says it is missing."""
 
     def __init__(
-        self, api: KubeApi, cfg: KillSwitchSection, on_change: Callable[[bool | None], None], stop: threading.Event
+        self, api: KubeApi, cfg: KillSwitchSection, on_change: Callable[[bool | None], None], stop: threading.Event,
+        statedir: StateDir | None = None,
     ) -> None:
         self.api, self.cfg, self.on_change, self.stop = api, cfg, on_change, stop
         self.state: bool | None = None
         self.missing = False  # the ConfigMap does not exist (the last state it had, if any, is kept)
-        self.seen = False  # it existed at some point since the agent started
+        self.statedir = statedir
+        kept = statedir.load(KILL_SWITCH_FILE) if statedir is not None else None
+        self.kept: bool | None = kept[1] if kept is not None and kept[0] == self._where() else None
+        self.seen = self.kept is not None  # it existed (since start, or before a restart: kill-switch.json)
         self._resp: Any = None
         self._rng = random.Random()
         self._error: str | None = None
@@ -146,7 +160,7 @@ class KillSwitch:
                     log.warning("%s: no such ConfigMap; taint changes allowed as with data.%s absent (create it "
                                 "to be able to pause)", where, self.cfg.key)
             if self.state is None:
-                self._set(False)
+                self._set(self.kept if self.kept is not None else False)
             else:
                 self.on_change(self.state)  # the state is kept; its findings and metrics change
             return
@@ -154,6 +168,20 @@ class KillSwitch:
             log.warning("%s: the ConfigMap exists again", where)
         self.missing, self.seen = False, True
         self._set(self._paused(obj))
+        self._keep()
+
+    def _where(self) -> str:
+        return f"{self.cfg.namespace}/{self.cfg.name}/{self.cfg.key}"
+
+    def _keep(self) -> None:
+        """The state read from the ConfigMap, kept for a restart that finds it deleted."""
+        if self.statedir is None or self.state is None or self.state == self.kept:
+            return
+        try:
+            self.statedir.write_json(KILL_SWITCH_STATE, {"switch": self._where(), "paused": self.state})
+            self.kept = self.state
+        except OSError as exc:
+            log.warning("kill switch: cannot keep its state in %s: %s", KILL_SWITCH_STATE, exc)
 
     def _paused(self, obj: dict[str, Any]) -> bool:
         data = obj.get("data")
@@ -219,7 +247,7 @@ class Actuator:
         self.pod_watch: PodWatch | None = None
         api = reconciler.api
         if api is not None and kill_switch is not None and kill_switch.name:
-            self.kill_switch = KillSwitch(api, kill_switch, self._paused, self._stop)
+            self.kill_switch = KillSwitch(api, kill_switch, self._paused, self._stop, reconciler.statedir)
 
     def offer(self, snap: Snapshot) -> None:
         """Store listener (scheduler loop thread): hand over, never block."""

@@ -36,8 +36,8 @@ REASONS: tuple[Reason, ...] = (
     Reason(
         "KillSwitchDeleted",
         Severity.INFO,
-        "The kill switch ConfigMap was deleted while the agent watched it: its last known state (paused or "
-        "active) is kept until it is back (a deletion never lifts a pause).",
+        "The kill switch ConfigMap was deleted: its last known state (paused or active; kept in kill-switch.json "
+        "across restarts) is kept until it is back (a deletion never lifts a pause).",
     ),
     Reason(
         "KubeApiError",
@@ -66,7 +66,7 @@ METRICS: tuple[MetricSpec, ...] = (
     ),
     MetricSpec(
         "node_health_kube_kill_switch_missing", "gauge",
-        "1 while the kill switch ConfigMap does not exist (deleted: its last known state is kept; never created: "
+        "1 while the kill switch ConfigMap does not exist (deleted: its last known state is kept; none ever read: "
         "active, as its key absent).",
     ),
     MetricSpec(

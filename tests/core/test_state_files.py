@@ -25,6 +25,7 @@ DECLARING = (
     "agent.gpu.xid_source",
     "agent.traffic.tally",
     "agent.kube.reconciler",
+    "agent.kube.actuator",
 )
 
 GPU = "GPU-8e0f0a1c"
@@ -62,6 +63,10 @@ SHAPES: dict[str, tuple[Any, Any]] = {
     "traffic.json": (
         {"version": 1, "tallies": {"internet-in/ipv4": TALLY}, "repairs": {"ipv4": 1}},
         {"version": 1, "tallies": {"internet-in/ipv4": {**TALLY, "bytes": "2"}}, "repairs": {}},
+    ),
+    "kill-switch.json": (
+        {"switch": "node-health/node-health-agent-kill-switch/paused", "paused": True},
+        {"switch": "node-health/node-health-agent-kill-switch/paused", "paused": "true"},
     ),
     "kubernetes.json": (
         {"version": 1, "active": [ACTIVE], "outbox": [{"type": "Warning", "reason": "DiskFull", "action": "", "note": "n", "name": "e1"}],

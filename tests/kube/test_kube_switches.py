@@ -167,3 +167,32 @@ def test_kill_switch_never_created_is_active_and_says_so(fake: FakeApiServer, tm
         assert not any(f.reason == "KillSwitchDeleted" for f in act.source._findings)
     finally:
         act.stop()
+
+
+def test_a_pause_survives_a_restart_that_finds_the_configmap_deleted(fake: FakeApiServer, tmp_path: Any) -> None:
+    """Issue 25 item 3, across a restart: the last state read is kept in kill-switch.json, so an agent started
+    after the ConfigMap was deleted stays paused (and says the ConfigMap is gone) instead of failing open."""
+    fake.set_configmap(KS_NS, KS_NAME, {"paused": "true"})
+    act = start_actuator(fake, str(tmp_path), settings(kill_switch=KS_NAME))
+    try:
+        wait_for(lambda: act.reconciler.paused is True)
+        wait_for(lambda: (tmp_path / f"state-{NODE}" / "kill-switch.json").exists())
+    finally:
+        act.stop()
+    fake.cluster.delete(("", "configmaps", KS_NS, KS_NAME))
+    act = start_actuator(fake, str(tmp_path), settings(kill_switch=KS_NAME))
+    try:
+        wait_for(lambda: sample_value(act, "node_health_kube_kill_switch_missing") == 1)
+        assert act.reconciler.paused is True
+        wait_for(lambda: any(f.reason == "KillSwitchDeleted" for f in act.source._findings))
+        fake.set_configmap(KS_NS, KS_NAME, {"paused": "false"})
+        wait_for(lambda: act.reconciler.paused is False, timeout=15)
+    finally:
+        act.stop()
+    act = start_actuator(fake, str(tmp_path), settings(kill_switch=KS_NAME))  # "false" kept too
+    try:
+        fake.cluster.delete(("", "configmaps", KS_NS, KS_NAME))
+        wait_for(lambda: sample_value(act, "node_health_kube_kill_switch_missing") == 1)
+        assert act.reconciler.paused is False
+    finally:
+        act.stop()
