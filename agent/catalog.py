@@ -124,6 +124,13 @@ CORE_METRICS: tuple[MetricSpec, ...] = (
         "State files found damaged (empty, cut short, not JSON, of another shape) and set aside as <file>.bad-<time>.",
         ("file",),
     ),
+    MetricSpec(
+        "node_health_state_file_ignored_total",
+        "counter",
+        "State files found unreadable (permission, I/O error, not a file) and left in place, ignored: counted "
+        "once each time it begins, not on every read.",
+        ("file",),
+    ),
 )
 
 

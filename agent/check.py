@@ -61,3 +61,5 @@ class CheckSpec:
     # Whether the check, so configured, reads the node's pods (CheckContext.pods): the runtime starts the one pod
     # watch (agent.kube) only when an enabled check says yes.
     needs_pods: Callable[[Any], bool] | None = None
+    # The pod annotation keys the check, so configured, reads: the only annotations the pod watch keeps.
+    pod_annotations: Callable[[Any], Iterable[str]] | None = None

@@ -36,6 +36,7 @@ from .runtime import (
     load_config,
     needs_pods,
     node_name,
+    pod_annotations,
     pods_once,
     state_dir,
 )
@@ -209,7 +210,7 @@ class Daemon:
     def _start_pods(self) -> None:
         """The pod watch runs while kubernetes is on and an enabled check reads pods (CheckSpec.needs_pods)."""
         if self.kube is not None and needs_pods(self.cfg):
-            self.pods = self.kube.start_pod_watch()
+            self.pods = self.kube.start_pod_watch(pod_annotations(self.cfg))
         else:
             if self.kube is not None:
                 self.kube.stop_pod_watch()
@@ -337,7 +338,8 @@ class Daemon:
                 self._start_kube()
             except ConfigError as exc:
                 log.error("kubernetes: %s; node state is not synced until the next good reload", exc)
-        if new.kubernetes != old.kubernetes or needs_pods(new) != needs_pods(old):
+        if (new.kubernetes != old.kubernetes or needs_pods(new) != needs_pods(old)
+                or pod_annotations(new) != pod_annotations(old)):
             self._start_pods()  # a new watch with a new actuator; started or stopped as the checks now need
         self.scheduler.configure(build_checks(new, self.state.path, dry_run=self.opts.dry_run, pods=self.pods))
         if ladder:

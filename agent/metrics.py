@@ -158,6 +158,8 @@ def collect_series(snap: Snapshot, catalog: Catalog, drops: RenderDrops | None =
     add("node_health_scheduler_last_tick_timestamp_seconds", (), snap.last_tick)
     for name, n in statedir.rejected().items():
         add("node_health_state_file_rejected_total", (("file", name),), n)
+    for name, n in statedir.ignored().items():
+        add("node_health_state_file_ignored_total", (("file", name),), n)
     dropped = fams["node_health_render_dropped_total"] = []  # its value once this render's drops are known
     for name, st in snap.checks.items():
         lab = (("check", name),)

@@ -110,6 +110,18 @@ def needs_pods(cfg: Config, only: Iterable[str] | None = None) -> bool:
     return False
 
 
+def pod_annotations(cfg: Config, only: Iterable[str] | None = None) -> frozenset[str]:
+    """The pod annotation keys the checks that will run read (CheckSpec.pod_annotations): the only ones the pod
+    watch keeps (a pod's other annotations, up to 256 KiB of a tenant's text each, are never held)."""
+    wanted = set(only) if only else None
+    out: set[str] = set()
+    for name, spec in CHECKS.items():
+        c = cfg.checks[name]
+        if spec.pod_annotations is not None and ((wanted is None and c.enabled) or (wanted is not None and name in wanted)):
+            out.update(spec.pod_annotations(c))
+    return frozenset(out)
+
+
 def pods_once(cfg: Config, kubeconfig: str | None = None, only: Iterable[str] | None = None) -> PodView | None:
     """For a single pass (`agent run --once`, `agent selftest`): the node's pods from one LIST when a check
     needs them and a cluster is configured (no watch for one run); None otherwise."""
@@ -117,7 +129,7 @@ def pods_once(cfg: Config, kubeconfig: str | None = None, only: Iterable[str] | 
         return None
     from .kube.actuator import pods_once as list_pods
 
-    return list_pods(cfg.kubernetes, node_name(cfg), kubeconfig)
+    return list_pods(cfg.kubernetes, node_name(cfg), kubeconfig, pod_annotations(cfg, only))
 
 
 def build_enabled(ctx: CheckContext, only: Iterable[str] | None = None) -> list[tuple[Check, CheckConfig]]:

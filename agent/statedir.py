@@ -12,7 +12,12 @@ field of the wrong type) is damaged: it is set aside as
 ``<name>.bad-<UTC time>`` (renamed, not deleted, so it can be inspected; the
 newest `KEEP_BAD` per file are kept), named in one log line, counted in
 ``node_health_state_file_rejected_total{file}``, and that part of the state
-starts fresh. A damaged file can never crash the agent.
+starts fresh. A damaged file can never crash the agent. A file that cannot be
+read (EACCES, EIO, a directory in its place) is left where it is and ignored:
+logged once and counted in ``node_health_state_file_ignored_total{file}``
+while it stays so (not on every read of a poll), and logged again when it
+mends or fails another way. A consumer that ignores a file it read for a
+reason of its own (state of an earlier boot) says so once with `ignored`.
 
 Every file written carries the state dir's format (``"_format": FORMAT``;
 parsers never see it). A file of a newer format (a rollback) is read for what
@@ -165,10 +170,11 @@ class StateDir:
             with open(path, "rb") as fh:
                 data = fh.read()
         except FileNotFoundError:
+            _clear_ignored(spec.name)
             return None
         except OSError as exc:
             self.problems[spec.name] = f"unreadable: {exc.strerror or exc}"
-            log.error("state file %s is unreadable, ignoring it: %s", path, exc.strerror or exc)
+            self.ignored(spec.name, f"unreadable: {exc.strerror or exc}", count=True)
             return None
         try:
             if not data.strip():
@@ -176,19 +182,21 @@ class StateDir:
             raw = json.loads(data)
             fmt = raw.pop(FORMAT_KEY, 1) if isinstance(raw, dict) else 1
             try:
-                return spec.parse(raw)
+                value = spec.parse(raw)
+                if _clear_ignored(spec.name):
+                    log.info("state file %s is readable again", path)
+                return value
             except (Damaged, TypeError, ValueError, KeyError) as exc:
                 if not (isinstance(fmt, int) and not isinstance(fmt, bool) and fmt > FORMAT):
                     raise
                 # A newer agent wrote it (a rollback): never set it aside, never read it as nothing-happened.
                 self._newer.add(spec.name)
-                self.problems[spec.name] = f"written by a newer agent (format {fmt} > {FORMAT}): {exc}"[:300]
-                _count_newer(spec.name)
-                log.error("state file %s was written by a newer agent (format %d, this one reads %d) and cannot "
-                          "be read here (%s): left in place; that part of the state starts fresh", path, fmt,
-                          FORMAT, f"{type(exc).__name__}: {exc}"[:200])
+                why = f"written by a newer agent (format {fmt}, this one reads {FORMAT}): {type(exc).__name__}: {exc}"
+                self.problems[spec.name] = why[:300]
+                self.ignored(spec.name, f"{why[:200]}; left in place", count=True)
                 return None
         except (Damaged, TypeError, ValueError, KeyError) as exc:  # UnicodeDecodeError, JSONDecodeError: ValueError
+            _clear_ignored(spec.name)
             why = f"{type(exc).__name__}: {exc}"
             self.problems[spec.name] = f"damaged: {why[:200]}"
             if self.read_only:
@@ -196,6 +204,20 @@ class StateDir:
             else:
                 self._set_aside(spec.name, why)
             return None
+
+    def ignored(self, name: str, why: str, *, count: bool = False) -> None:
+        """A state file left alone and not used: logged once while `why` stays the same (ERROR when counted,
+        INFO for a consumer's routine reason such as an earlier boot's state), counted in
+        node_health_state_file_ignored_total{file} when `count`."""
+        with _rejected_lock:
+            if _ignoring.get(name) == why:
+                log.debug("state file %s still ignored: %s", self.file(name), why)
+                return
+            _ignoring[name] = why
+            if count:
+                _ignored_count[name] = _ignored_count.get(name, 0) + 1
+        (log.error if count else log.info)("state file %s is ignored (%s); that part of the state starts fresh",
+                                           self.file(name), why[:200])
 
     def _set_aside(self, name: str, why: str) -> None:
         path = self.file(name)
@@ -239,8 +261,14 @@ class Damaged(ValueError):
 
 _known: set[str] = set()
 _rejected: dict[str, int] = {}
-_newer: dict[str, int] = {}
+_ignored_count: dict[str, int] = {}
+_ignoring: dict[str, str] = {}  # file -> why it is ignored now (logged once)
 _rejected_lock = threading.Lock()
+
+
+def _clear_ignored(name: str) -> bool:
+    with _rejected_lock:
+        return _ignoring.pop(name, None) is not None
 
 
 @dataclass(frozen=True)
@@ -263,21 +291,17 @@ def _count_rejected(name: str) -> None:
         _rejected[name] = _rejected.get(name, 0) + 1
 
 
-def _count_newer(name: str) -> None:
-    with _rejected_lock:
-        _newer[name] = _newer.get(name, 0) + 1
-
-
-def newer() -> dict[str, int]:
-    """Loads of files a newer agent wrote that this one could not read, per file name (0 for every declared one)."""
-    with _rejected_lock:
-        return {name: _newer.get(name, 0) for name in sorted(_known | set(_newer))}
-
-
 def rejected() -> dict[str, int]:
     """State files set aside since start, per file name; 0 for every declared file."""
     with _rejected_lock:
         return {name: _rejected.get(name, 0) for name in sorted(_known | set(_rejected))}
+
+
+def ignored() -> dict[str, int]:
+    """State files found unreadable and left alone since start (each time it began), per file name; 0 for every
+    declared file."""
+    with _rejected_lock:
+        return {name: _ignored_count.get(name, 0) for name in sorted(_known | set(_ignored_count))}
 
 
 # ---------------------------------------------------------------- shape helpers

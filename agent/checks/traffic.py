@@ -55,4 +55,5 @@ SPEC = CheckSpec(
     build=TrafficCheck,
     catalog=CATALOG,
     needs_pods=lambda cfg: bool(cfg.pods.enabled or cfg.shaping.enabled),  # per-pod accounting, shaping
+    pod_annotations=lambda cfg: (cfg.shaping.annotation,) if cfg.shaping.enabled else (),
 )

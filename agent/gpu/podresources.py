@@ -14,10 +14,18 @@ HTTP/2 framed by the pure-Python ``h2`` (imported only when the call is made).
 grpcio would cost far more memory and start-up for the same call. The reply is
 read in full under one deadline: a kubelet that accepts and never answers is
 an error after `timeout`, never a hung poll.
+
+The kubelet is a peer, and what it sends is bounded and fails alone: every
+byte read counts against ``MAX_READ`` (header blocks included, so a flood of
+CONTINUATION frames ends the call), headers are decoded leniently, and any
+exception of ``h2``, of the decoder or of the socket becomes a
+`PodResourcesError` naming the socket, so the caller reaches its fallback
+(cannot tell who holds a GPU: the whole node) rather than failing the check.
 """
 
 from __future__ import annotations
 
+import json
 import socket
 import struct
 import time
@@ -27,6 +35,8 @@ from dataclasses import dataclass
 DEFAULT_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
 METHOD = "/v1.PodResourcesLister/List"
 MAX_REPLY = 16 << 20  # kubelet's own limit is 16 MiB (podresources.DefaultMaxMsgSize)
+MAX_READ = MAX_REPLY + (1 << 20)  # bytes read from the socket in all: the reply and its framing, headers included
+MAX_HEADER = 1024  # characters of a header value kept (grpc-message is quoted from it)
 
 
 class PodResourcesError(Exception):
@@ -159,7 +169,30 @@ def grpc_messages(body: bytes) -> list[bytes]:
 
 
 def list_pods(path: str, timeout: float = 5.0) -> list[Pod]:
-    """One v1 List call on the unix socket `path`; raises PodResourcesError."""
+    """One v1 List call on the unix socket `path`; raises PodResourcesError (naming `path`), whatever the peer
+    sends or does."""
+    try:
+        return _list_pods(path, timeout)
+    except PodResourcesError as exc:
+        if path in str(exc):
+            raise
+        raise PodResourcesError(f"List on {path}: {exc}") from None
+    except Exception as exc:  # h2's ProtocolError, a decoder's error, anything a broken or hostile peer causes
+        raise PodResourcesError(f"List on {path}: {type(exc).__name__}: {_bounded(str(exc))}") from None
+
+
+def _bounded(text: str, limit: int = 200) -> str:
+    """A peer's text as an error quotes it: escaped (no control or non-ASCII characters) and cut."""
+    shown = json.dumps(text[:limit], ensure_ascii=True)[1:-1]
+    cut = len(text) > limit
+    if len(shown) > limit:  # escapes take room: cut, never inside an escape
+        cut, shown = True, shown[:limit]
+        tail = shown.rfind("\\")
+        shown = shown[:tail] if tail >= limit - 6 else shown
+    return shown + "..." if cut else shown
+
+
+def _list_pods(path: str, timeout: float) -> list[Pod]:
     deadline = time.monotonic() + timeout
     try:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -176,8 +209,9 @@ def list_pods(path: str, timeout: float = 5.0) -> list[Pod]:
         sock.close()
     status = trailers.get("grpc-status", headers.get("grpc-status", ""))
     if status != "0":
-        message = trailers.get("grpc-message", headers.get("grpc-message", ""))
-        what = f"grpc-status {status}" if status else f"no grpc-status (HTTP status {headers.get(':status', '?')})"
+        message = _bounded(trailers.get("grpc-message", headers.get("grpc-message", "")))
+        what = (f"grpc-status {_bounded(status, 16)}" if status
+                else f"no grpc-status (HTTP status {_bounded(headers.get(':status', '?'), 16)})")
         raise PodResourcesError(f"List on {path}: {what}{': ' + message if message else ''}")
     messages = grpc_messages(body)
     if len(messages) != 1:
@@ -192,7 +226,7 @@ def _unary(sock: socket.socket, request: bytes, deadline: float) -> tuple[dict[s
     import h2.connection
     import h2.events
 
-    conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding="utf-8"))
+    conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding=None))
     conn.initiate_connection()
     stream = conn.get_next_available_stream_id()
     conn.send_headers(
@@ -207,11 +241,15 @@ def _unary(sock: socket.socket, request: bytes, deadline: float) -> tuple[dict[s
     trailers: dict[str, str] = {}
     body = bytearray()
     done = False
+    read = 0
     while not done:
         _send(sock, conn.data_to_send(), deadline)
         data = _recv(sock, deadline)
         if not data:
             raise PodResourcesError("the kubelet closed the connection before the reply ended")
+        read += len(data)
+        if read > MAX_READ:
+            raise PodResourcesError(f"the kubelet sent more than {MAX_READ} bytes (headers and framing included)")
         for event in conn.receive_data(data):
             if isinstance(event, h2.events.ResponseReceived):
                 headers = _headers(event.headers)
@@ -232,9 +270,12 @@ def _unary(sock: socket.socket, request: bytes, deadline: float) -> tuple[dict[s
 
 
 def _headers(pairs: object) -> dict[str, str]:
+    """Header names and values as text, whatever bytes the peer sent (non-UTF-8 replaced), each bounded."""
     out = {}
     for k, v in pairs:  # type: ignore[attr-defined]
-        out[k.decode() if isinstance(k, bytes) else k] = v.decode() if isinstance(v, bytes) else v
+        key = k.decode("utf-8", "replace") if isinstance(k, bytes) else str(k)
+        value = v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
+        out[key[:MAX_HEADER]] = value[:MAX_HEADER]
     return out
 
 

@@ -89,6 +89,8 @@ class GpuPoller:
         candidates = nvml_candidates(bus)
         boot = boot_id(self.paths)
         state = self.state.load(POLL_FILE)
+        if state is not None and state["boot"] != boot:
+            self.state.ignored(POLL_STATE, f"kept in boot {state['boot'][:64]!r}, this is boot {boot[:64]!r}")
         if state is None or state["boot"] != boot:
             state = {"boot": boot, "gpus": {}, "seen": [], "hung": {}}
         self._stuck_processes(b)

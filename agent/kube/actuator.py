@@ -24,11 +24,12 @@ from typing import Any
 
 from ..catalog import Catalog
 from ..findings import Finding, Sample
-from ..pods import PodView
-from ..statedir import StateDir
+from ..pods import PodView, excerpt
+from ..statedir import StateDir, StateFile, flag, obj, text
 from ..store import Snapshot
 from . import SOURCE
 from .api import ApiError, KubeApi, Stats, Wait, interrupt_stream
+from .catalog import CATALOG
 from .podwatch import PodWatch, list_once
 from .reconciler import Reconciler
 from .settings import KillSwitchSection, KubernetesSection
@@ -36,6 +37,15 @@ from .settings import KillSwitchSection, KubernetesSection
 log = logging.getLogger(__name__)
 
 WATCH_MIN, WATCH_MAX = 1800, 3600  # seconds a kill-switch watch lasts (jittered)
+KILL_SWITCH_STATE = "kill-switch.json"
+
+
+def _parse_kept(raw: Any) -> tuple[str, bool]:
+    d = obj(raw)
+    return text(d["switch"], "switch"), flag(d["paused"], "paused")
+
+
+KILL_SWITCH_FILE = StateFile(KILL_SWITCH_STATE, _parse_kept)
 IDLE_WAKE = 3600.0  # the actuator wakes at least this often even with nothing to do
 
 
@@ -68,14 +78,28 @@ class FindingsSource:
 
 
 class KillSwitch:
+    """The cluster's kill switch, failing closed: its key absent or exactly "false" lets taint changes go;
+    any other value ("true", "yes", "1", "True ", a typo, not a string) pauses them, logged once per value.
+    A ConfigMap deleted keeps the last known state (logged, `KillSwitchDeleted`, the
+    ``node_health_kube_kill_switch_missing`` gauge), across restarts too: the last state read from it is kept
+    in ``kill-switch.json`` in the state dir. One that never existed (no state kept) is active, as a key
+    absent, and the gauge says it is missing."""
+
     def __init__(
-        self, api: KubeApi, cfg: KillSwitchSection, on_change: Callable[[bool | None], None], stop: threading.Event
+        self, api: KubeApi, cfg: KillSwitchSection, on_change: Callable[[bool | None], None], stop: threading.Event,
+        statedir: StateDir | None = None,
     ) -> None:
         self.api, self.cfg, self.on_change, self.stop = api, cfg, on_change, stop
         self.state: bool | None = None
+        self.missing = False  # the ConfigMap does not exist (the last state it had, if any, is kept)
+        self.statedir = statedir
+        kept = statedir.load(KILL_SWITCH_FILE) if statedir is not None else None
+        self.kept: bool | None = kept[1] if kept is not None and kept[0] == self._where() else None
+        self.seen = self.kept is not None  # it existed (since start, or before a restart: kill-switch.json)
         self._resp: Any = None
         self._rng = random.Random()
         self._error: str | None = None
+        self._odd: str | None = None  # the last value that paused without being "true" (logged once)
 
     def run(self) -> None:
         rv = ""
@@ -83,7 +107,7 @@ class KillSwitch:
             try:
                 if not rv:
                     obj, rv = self.api.list_configmap(self.cfg.namespace, self.cfg.name, block=self._sleep_until)
-                    self._set(self._paused(obj))
+                    self._found(obj)
                 rv = self._watch(rv)
                 self._error = None
             except Wait:
@@ -104,9 +128,9 @@ class KillSwitch:
                 return ""
             rv = str((obj.get("metadata") or {}).get("resourceVersion") or rv)
             if ev.get("type") in ("ADDED", "MODIFIED"):
-                self._set(self._paused(obj))
+                self._found(obj)
             elif ev.get("type") == "DELETED":
-                self._set(False)
+                self._found(None)
             if self.stop.is_set():
                 break
         return rv
@@ -123,9 +147,70 @@ class KillSwitch:
             self._sleep_until(time.monotonic() + self._rng.uniform(30, 90))
         return ""
 
-    def _paused(self, obj: dict[str, Any] | None) -> bool:
-        value = ((obj or {}).get("data") or {}).get(self.cfg.key, "")
-        return str(value).strip().lower() == "true"
+    def _found(self, obj: dict[str, Any] | None) -> None:
+        """The ConfigMap as listed or watched (None: it does not exist)."""
+        where = f"kill switch {self.cfg.namespace}/{self.cfg.name}"
+        if obj is None:
+            if not self.missing:
+                self.missing = True
+                if self.seen and self.state is not None:
+                    log.warning("%s: the ConfigMap was deleted; keeping its last known state (%s) until it is back",
+                                where, "paused" if self.state else "active")
+                else:
+                    log.warning("%s: no such ConfigMap; taint changes allowed as with data.%s absent (create it "
+                                "to be able to pause)", where, self.cfg.key)
+            if self.state is None:
+                self._set(self.kept if self.kept is not None else False)
+            else:
+                self.on_change(self.state)  # the state is kept; its findings and metrics change
+            return
+        if self.missing:
+            log.warning("%s: the ConfigMap exists again", where)
+        self.missing, self.seen = False, True
+        self._set(self._paused(obj))
+        self._keep()
+
+    def _where(self) -> str:
+        return f"{self.cfg.namespace}/{self.cfg.name}/{self.cfg.key}"
+
+    def _keep(self) -> None:
+        """The state read from the ConfigMap, kept for a restart that finds it deleted."""
+        if self.statedir is None or self.state is None or self.state == self.kept:
+            return
+        try:
+            self.statedir.write_json(KILL_SWITCH_STATE, {"switch": self._where(), "paused": self.state})
+            self.kept = self.state
+        except OSError as exc:
+            log.warning("kill switch: cannot keep its state in %s: %s", KILL_SWITCH_STATE, exc)
+
+    def _paused(self, obj: dict[str, Any]) -> bool:
+        data = obj.get("data")
+        if data is not None and not isinstance(data, dict):
+            return self._odd_value(data)
+        if data is None or self.cfg.key not in data:
+            return False
+        value = data[self.cfg.key]
+        if value == "false":
+            return False
+        if value != "true":
+            return self._odd_value(value)
+        return True
+
+    def _odd_value(self, value: object) -> bool:
+        shown = excerpt(value)
+        if shown != self._odd:
+            self._odd = shown
+            log.warning("kill switch %s/%s: data.%s = %s is neither \"true\" nor \"false\": taint changes paused "
+                        "(fail closed)", self.cfg.namespace, self.cfg.name, self.cfg.key, shown)
+        return True
+
+    def findings(self) -> tuple[Finding, ...]:
+        if not (self.missing and self.seen):
+            return ()
+        kept = {True: "paused", False: "active", None: "unknown"}[self.state]
+        return (CATALOG.finding(SOURCE, "kill_switch", "KillSwitchDeleted",
+                                f"the kill switch ConfigMap {self.cfg.namespace}/{self.cfg.name} was deleted; its "
+                                f"last known state ({kept}) is kept until it is back"),)
 
     def _set(self, state: bool | None) -> None:
         if state != self.state:
@@ -162,7 +247,7 @@ class Actuator:
         self.pod_watch: PodWatch | None = None
         api = reconciler.api
         if api is not None and kill_switch is not None and kill_switch.name:
-            self.kill_switch = KillSwitch(api, kill_switch, self._paused, self._stop)
+            self.kill_switch = KillSwitch(api, kill_switch, self._paused, self._stop, reconciler.statedir)
 
     def offer(self, snap: Snapshot) -> None:
         """Store listener (scheduler loop thread): hand over, never block."""
@@ -188,14 +273,18 @@ class Actuator:
 
     # ------------------------------------------------------------ the node's pods (agent.pods)
 
-    def start_pod_watch(self) -> PodWatch | None:
-        """The one watch on this node's pods, through this actuator's client and gate (None without a cluster)."""
+    def start_pod_watch(self, annotations: Iterable[str] = ()) -> PodWatch | None:
+        """The one watch on this node's pods, through this actuator's client and gate (None without a cluster);
+        of the pods' annotations it keeps only `annotations` (the keys the checks read)."""
         rec = self.reconciler
         if rec.api is None:
             return None
+        keep = frozenset(annotations)
+        if self.pod_watch is not None and self.pod_watch.annotations != keep:
+            self.stop_pod_watch()
         if self.pod_watch is None:
             self.pod_watch = PodWatch(rec.api, rec.node_name, rec.cfg.pods, startup_jitter=rec.cfg.startup_jitter,
-                                      on_change=self._wake.set)
+                                      on_change=self._wake.set, annotations=keep)
             self.pod_watch.start()
             self.source.watching_pods = True
         return self.pod_watch
@@ -232,12 +321,16 @@ class Actuator:
 
     def _publish(self) -> None:
         rec, pw = self.reconciler, self.pod_watch
-        self.source.publish(rec.findings() + (pw.findings() if pw is not None else ()))
-        if self.kill_switch is None:
+        ksw = self.kill_switch
+        self.source.publish(rec.findings() + (pw.findings() if pw is not None else ())
+                            + (ksw.findings() if ksw is not None else ()))
+        if ksw is None:
             ks = "disabled"
         else:
             ks = {True: "paused", False: "active", None: "unknown"}[rec.paused]
         samples = rec.samples(ks) + (pw.samples() if pw is not None else [])
+        if ksw is not None:
+            samples.append(Sample("node_health_kube_kill_switch_missing", 1.0 if ksw.missing else 0.0))
         if samples != self._samples:
             self._samples = samples
             self._publish_samples(samples)
@@ -280,10 +373,10 @@ def start(
     return act
 
 
-def pods_once(k: KubernetesSection, node: str, kubeconfig: str | None) -> PodView | None:
+def pods_once(k: KubernetesSection, node: str, kubeconfig: str | None, annotations: Iterable[str] = ()) -> PodView | None:
     """The node's pods from one LIST, for a single pass (`agent run --once`, `agent selftest`): no watch is
     worth starting for one run. None without a cluster; a view whose pods() is None when the LIST failed."""
     if not k.enabled:
         return None
     found = connect(k, kubeconfig, Stats())
-    return list_once(found[0], node) if found is not None else None
+    return list_once(found[0], node, frozenset(annotations)) if found is not None else None

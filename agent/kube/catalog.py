@@ -34,6 +34,12 @@ REASONS: tuple[Reason, ...] = (
         unknown=True,
     ),
     Reason(
+        "KillSwitchDeleted",
+        Severity.INFO,
+        "The kill switch ConfigMap was deleted: its last known state (paused or active; kept in kill-switch.json "
+        "across restarts) is kept until it is back (a deletion never lifts a pause).",
+    ),
+    Reason(
         "KubeApiError",
         Severity.WARNING,
         "Requests to the API server fail (the message has the status); node state catches up when they succeed.",
@@ -57,6 +63,11 @@ METRICS: tuple[MetricSpec, ...] = (
     MetricSpec(
         "node_health_kube_kill_switch", "gauge", "1 for the kill switch's current state (paused, active, unknown, disabled).",
         ("state",),
+    ),
+    MetricSpec(
+        "node_health_kube_kill_switch_missing", "gauge",
+        "1 while the kill switch ConfigMap does not exist (deleted: its last known state is kept; none ever read: "
+        "active, as its key absent).",
     ),
     MetricSpec(
         "node_health_kube_budget", "gauge", "1 for the taint budget's current state (idle, held, exhausted, missing, disabled).",

@@ -27,9 +27,12 @@ feature sees changes (a pod comes or goes, its IPs, hostNetwork or kept
 annotations change) or when the set turns unknown or known again; status
 churn (conditions, restarts) does not move it.
 
-Memory is bounded by what is kept per pod: its `PodAddr` (annotations of at
-most ``MAX_ANNOTATION`` bytes, never kubectl's last-applied-configuration) and
-the few fields the drain reads (`drain_record`), not the pod objects.
+Memory is bounded by what is kept per pod: its `PodAddr` (of its annotations
+only the keys the enabled checks read, `agent.runtime.pod_annotations`, each of
+at most ``MAX_ANNOTATION`` characters; at most ``MAX_IPS`` addresses) and the
+few fields the drain reads (`drain_record`), not the pod objects: 110 pods with
+250 annotations each hold what 110 pods with none hold (test_kube_podwatch.py,
+test_only_the_annotations_read_are_kept).
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ import random
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from types import MappingProxyType
 from typing import Any
 
@@ -53,42 +56,49 @@ from .settings import PodWatchSection
 log = logging.getLogger(__name__)
 
 FINISHED = ("Succeeded", "Failed")
-MAX_ANNOTATION = 1024  # bytes of an annotation value kept in a PodAddr
-LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
+MAX_ANNOTATION = 1024  # characters of an annotation value kept in a PodAddr (longer: not kept)
+MAX_IPS, MAX_IP = 8, 64  # addresses of a pod kept (Kubernetes gives one per family), characters of each
 RECONNECT_BASE, RECONNECT_MAX = 1.0, 60.0  # seconds: first wait after a failure, and the longest
 SHORT_WATCH = 1.0  # seconds: a watch that ends sooner than this counts as a failure (no tight reconnect loop)
 RELIST_REASONS = ("initial", "expired", "too_large")
 
 
-def addr_of(obj: dict[str, Any]) -> PodAddr:
-    """What features see of a pod: status.podIPs (else status.podIP), spec.hostNetwork, small annotations."""
-    meta, spec, status = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
-    ips = tuple(str(p["ip"]) for p in status.get("podIPs") or [] if isinstance(p, dict) and p.get("ip"))
+def addr_of(obj: dict[str, Any], keep: Collection[str] = ()) -> PodAddr:
+    """What features see of a pod: status.podIPs (else status.podIP), spec.hostNetwork, and of its annotations
+    only the keys in `keep` (those the checks read), each of at most MAX_ANNOTATION characters."""
+    meta, spec, status = _dict(obj.get("metadata")), _dict(obj.get("spec")), _dict(obj.get("status"))
+    listed = status.get("podIPs")
+    ips = tuple(str(p["ip"])[:MAX_IP] for p in (listed if isinstance(listed, list) else [])[:MAX_IPS]
+                if isinstance(p, dict) and p.get("ip"))
     if not ips and status.get("podIP"):
-        ips = (str(status["podIP"]),)
-    annotations = {
-        str(k): str(v) for k, v in (meta.get("annotations") or {}).items()
-        if k != LAST_APPLIED and len(str(v)) <= MAX_ANNOTATION
-    }
+        ips = (str(status["podIP"])[:MAX_IP],)
+    given = _dict(meta.get("annotations"))
+    annotations = {k: v for k in keep if isinstance(v := given.get(k), str) and len(v) <= MAX_ANNOTATION}
     return PodAddr(str(meta.get("namespace", "")), str(meta.get("name", "")), str(meta.get("uid", "")), ips,
                    bool(spec.get("hostNetwork")), MappingProxyType(annotations))
 
 
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
 def drain_record(obj: dict[str, Any], addr: PodAddr) -> dict[str, Any]:
     """The part of a pod the drain reads (drain.Pod.of, drain.skip_reason), in the pod's own shape."""
-    meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
+    meta, spec = _dict(obj.get("metadata")), _dict(obj.get("spec"))
     keep = ("deletionTimestamp", "deletionGracePeriodSeconds")
     m: dict[str, Any] = {"namespace": addr.namespace, "name": addr.name, "uid": addr.uid}
     m.update({k: meta[k] for k in keep if meta.get(k) is not None})
-    owners = [{"kind": o.get("kind"), "controller": bool(o.get("controller"))} for o in meta.get("ownerReferences") or []]
+    refs = meta.get("ownerReferences")
+    owners = [{"kind": o.get("kind"), "controller": bool(o.get("controller"))}
+              for o in (refs if isinstance(refs, list) else []) if isinstance(o, dict)]
     if owners:
         m["ownerReferences"] = owners
-    mirror = (meta.get("annotations") or {}).get("kubernetes.io/config.mirror")
+    mirror = _dict(meta.get("annotations")).get("kubernetes.io/config.mirror")
     if mirror is not None:
         m["annotations"] = {"kubernetes.io/config.mirror": str(mirror)[:MAX_ANNOTATION]}
     s = {} if spec.get("terminationGracePeriodSeconds") is None else {
         "terminationGracePeriodSeconds": spec["terminationGracePeriodSeconds"]}
-    return {"metadata": m, "spec": s, "status": {"phase": (obj.get("status") or {}).get("phase")}}
+    return {"metadata": m, "spec": s, "status": {"phase": _dict(obj.get("status")).get("phase")}}
 
 
 def reconnect_delay(failures: int, rng: random.Random, base: float = RECONNECT_BASE, cap: float = RECONNECT_MAX) -> float:
@@ -109,8 +119,10 @@ class PodWatch:
         self, api: KubeApi, node: str, cfg: PodWatchSection, *, startup_jitter: float = 0.0,
         clock: Callable[[], float] = time.monotonic, rng: random.Random | None = None,
         on_change: Callable[[], None] | None = None, reconnect: tuple[float, float] = (RECONNECT_BASE, RECONNECT_MAX),
+        annotations: Collection[str] = (),
     ) -> None:
         self.api, self.node, self.cfg, self.clock, self.reconnect = api, node, cfg, clock, reconnect
+        self.annotations = frozenset(annotations)  # the only annotation keys kept (those the checks read)
         self.rng = rng or random.Random()
         self.on_change = on_change or (lambda: None)
         self.relists: Counter[str] = Counter()
@@ -218,7 +230,7 @@ class PodWatch:
         pods = {}
         for obj in items:
             if (obj.get("status") or {}).get("phase") not in FINISHED:
-                addr = addr_of(obj)
+                addr = addr_of(obj, self.annotations)
                 pods[addr.uid] = (addr, drain_record(obj, addr))
         with self._lock:
             changed = {u: a for u, (a, _) in pods.items()} != {u: a for u, (a, _) in self._pods.items()}
@@ -257,7 +269,7 @@ class PodWatch:
             self._backoff(None)
 
     def _apply(self, kind: str, obj: dict[str, Any]) -> None:
-        addr = addr_of(obj)
+        addr = addr_of(obj, self.annotations)
         gone = kind == "DELETED" or (obj.get("status") or {}).get("phase") in FINISHED
         with self._lock:
             old = self._pods.get(addr.uid)
@@ -332,11 +344,11 @@ class PodSnapshot:
         return 0
 
 
-def list_once(api: KubeApi, node: str) -> PodSnapshot:
+def list_once(api: KubeApi, node: str, annotations: Collection[str] = ()) -> PodSnapshot:
     """One consistent LIST of the node's pods, as a view; unknown (None) when the API server did not answer."""
     try:
         items, _ = api.list_pods(node, "", block=lambda until: False)
     except (ApiError, Wait) as exc:
         log.warning("pods of node %s unknown: %s", node, exc)
         return PodSnapshot(None)
-    return PodSnapshot(addr_of(o) for o in items if (o.get("status") or {}).get("phase") not in FINISHED)
+    return PodSnapshot(addr_of(o, annotations) for o in items if (o.get("status") or {}).get("phase") not in FINISHED)

@@ -92,7 +92,8 @@ class KillSwitchSection:
     name: str = opt(
         "node-health-agent-kill-switch", "Name of the kill-switch ConfigMap; empty: no kill switch.", check=check_optional_name
     )
-    key: str = opt("paused", 'Data key whose value "true" pauses every agent\'s taint changes.')
+    key: str = opt("paused", 'Data key: absent or "false" lets taint changes go; "true" or any other value pauses every '
+                   "agent's taint changes (fail closed).")
 
 
 @dataclass(frozen=True)

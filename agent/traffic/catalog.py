@@ -29,10 +29,28 @@ REASONS: tuple[Reason, ...] = (
         action="none",
     ),
     Reason(
-        "TrafficShapingAnnotationInvalid",
+        "TrafficFamilyNotCounted",
         Severity.WARNING,
+        "An address family (IPv6 with the default internal_ranges) has no internal range, so its internet traffic "
+        "is neither counted nor shaped, while the node has a default route of it or pods have addresses of it "
+        "(subject: the family). Add the cluster's ranges of that family to internal_ranges.",
+        unknown=True,
+        action="none",
+    ),
+    Reason(
+        "TrafficShapingAnnotationInvalid",
+        Severity.INFO,
         "A pod's internet egress limit (its annotation or its namespace's default) is not a rate the agent accepts, "
-        "or the pod uses the host's network: the pod is not shaped (subject: namespace/pod).",
+        "or the pod uses the host's network: the pod is not shaped (subject: namespace/pod; the message quotes at "
+        "most a short, escaped excerpt). A tenant's input: never a taint, a condition or a Node Event.",
+        action="none",
+    ),
+    Reason(
+        "TrafficPodInputRefused",
+        Severity.INFO,
+        "A pod's uid or name is not what Kubernetes gives, an address in its status.podIPs is not a single IP "
+        "(a network, a zone, garbage), or two pods list the same address (subject: the address; the message names "
+        "both): no counting or shaping rule is written for it. Never a taint, a condition or a Node Event.",
         action="none",
     ),
     Reason(
@@ -91,6 +109,13 @@ METRICS: tuple[MetricSpec, ...] = (
         "Share of the bytes the uplinks carried in the last judged window that the iptables hooks did not see.",
     ),
     MetricSpec("node_health_traffic_backend_info", "gauge", "1 for the iptables backend in use.", ("backend",)),
+    MetricSpec(
+        "node_health_traffic_family_counted",
+        "gauge",
+        "1 when the address family's internet traffic is counted (internal_ranges holds a range of it), 0 when it "
+        "is neither counted nor shaped.",
+        ("family",),
+    ),
     MetricSpec(
         "node_health_pod_egress_limit_bytes_per_second",
         "gauge",

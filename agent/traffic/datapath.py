@@ -43,6 +43,7 @@ from dataclasses import dataclass
 
 from ..hostpaths import HostPaths, read_bounded
 from ..native import IptRecord, parse_net_dev
+from ..pods import excerpt
 from .rules import HOOKS
 
 log = logging.getLogger(__name__)
@@ -77,30 +78,79 @@ class _UnixHTTPConnection(http.client.HTTPConnection):
         self.sock = sock
 
 
+class CiliumError(Exception):
+    """Cilium's agent socket answered something unusable (garbage, JSON nested past the parser, a broken
+    stream): a bounded message naming the socket."""
+
+
+_said: dict[str, str] = {}  # socket -> the last problem logged (logged once per change, not every run)
+
+
 def cilium_routing(paths: HostPaths, sock_path: str, timeout: float = 2.0) -> str | None:
-    """Cilium's intra-host routing mode ("BPF", "Legacy"), or None where Cilium is absent or does not say."""
+    """Cilium's intra-host routing mode ("BPF", "Legacy"), or None where Cilium is absent or does not say
+    (a broken or hostile answer is logged once, naming the socket, and counts as "does not say": the byte
+    witness still judges the datapath)."""
     if not os.path.exists(paths.sys("class/net", CILIUM_DEVICE)):
         return None
-    conn = _UnixHTTPConnection(paths.root(sock_path), timeout)
+    try:
+        mode = _ask_cilium(paths.root(sock_path), timeout)
+    except CiliumError as exc:
+        if _said.get(sock_path) != str(exc):
+            _said[sock_path] = str(exc)
+            log.warning("%s", exc)
+        return None
+    _said.pop(sock_path, None)
+    return mode
+
+
+def _ask_cilium(sock: str, timeout: float) -> str | None:
+    conn = _UnixHTTPConnection(sock, timeout)
     try:
         conn.request("GET", "/v1/healthz", headers={"Accept": "application/json"})
         resp = conn.getresponse()
         body = resp.read(1 << 20)
         if resp.status != 200:
-            log.debug("cilium agent %s: HTTP %d", sock_path, resp.status)
+            log.debug("cilium agent %s: HTTP %d", sock, resp.status)
             return None
-        status = json.loads(body)
-    except (OSError, ValueError, http.client.HTTPException) as exc:
-        log.debug("cilium agent %s: %s", sock_path, exc)
+    except (OSError, http.client.HTTPException) as exc:
+        log.debug("cilium agent %s: %s", sock, exc)  # no agent there (yet): quiet, as before
         return None
+    except Exception as exc:  # a hostile or broken peer: whatever it is, it fails alone
+        raise CiliumError(f"cilium agent {sock}: {type(exc).__name__}: {excerpt(str(exc))}") from None
     finally:
         conn.close()
+    return routing_mode(body, sock)
+
+
+MAX_MODE = 32  # characters of a routing mode kept ("BPF", "Legacy")
+
+
+def routing_mode(body: bytes, sock: str) -> str | None:
+    """The ``routing.intra-host-routing-mode`` of a ``/v1/healthz`` answer; None where it is not said.
+    Raises CiliumError (naming `sock`) for anything that is not JSON, whatever it is."""
+    try:
+        status = json.loads(body)
+    except (ValueError, RecursionError, MemoryError) as exc:
+        raise CiliumError(f"cilium agent {sock}: /v1/healthz is not JSON ({type(exc).__name__}: "
+                          f"{excerpt(str(exc))})") from None
     routing = status.get("routing") if isinstance(status, dict) else None
     mode = routing.get("intra-host-routing-mode") if isinstance(routing, dict) else None
-    return mode if isinstance(mode, str) and mode else None
+    return mode[:MAX_MODE] if isinstance(mode, str) and mode else None
 
 
 # ---------------------------------------------------------------- the counters against the interfaces
+
+
+def default_route(paths: HostPaths, version: int) -> bool:
+    """Whether the node has a default route of IP `version` (4: /proc/net/route, 6: /proc/net/ipv6_route)."""
+    try:
+        if version == 4:
+            lines = read_bounded(paths.proc("net/route"), 1 << 22).decode("ascii", "replace").splitlines()[1:]
+            return any(len(f) >= 8 and f[1] == "00000000" and f[7] == "00000000" for f in map(str.split, lines))
+        lines = read_bounded(paths.proc("net/ipv6_route"), 1 << 22).decode("ascii", "replace").splitlines()
+        return any(len(f) >= 10 and f[0] == "0" * 32 and f[1] == "00" and f[9] != "lo" for f in map(str.split, lines))
+    except (OSError, ValueError):
+        return False
 
 
 def uplinks(paths: HostPaths) -> set[str]:

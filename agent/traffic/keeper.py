@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING
 
 from ..findings import ObservationBuilder, Severity
 from ..parsers.iptsave import KIND_RULE
-from .datapath import Verdict, Witness, cilium_routing, jump_bytes
+from ..pods import Refused, vet
+from .datapath import Verdict, Witness, cilium_routing, default_route, jump_bytes
 from .detect import Backend, resolve
 from .perpod import CHAINS as POD_CHAINS
 from .perpod import TAGS, Counted, from_pods, from_static, is_pod_tally, sub_chains, tally_key
@@ -47,6 +48,10 @@ class Keeper:
         self.nets = [ipaddress.ip_network(r) for r in cfg.internal_ranges]
         self.per_pod = cfg.pods.enabled
         self.pod_view: PodView | None = ctx.pods if self.per_pod else None
+        # every feature that writes rules per pod reads the pods; what is refused of them is reported here, once
+        self.any_view: PodView | None = ctx.pods if self.per_pod or cfg.shaping.enabled else None
+        self.vetted_from: tuple[PodAddr, ...] | None = None
+        self.refused: tuple[Refused, ...] = ()
         # without a cluster, the configured networks; with one, the pods as last known
         self.counted: tuple[Counted, ...] = from_static(cfg.pods.static) if self.per_pod and ctx.pods is None else ()
         self.pods_known = True  # False while the pod view says it does not know
@@ -74,6 +79,7 @@ class Keeper:
 
     def known_findings(self) -> list[tuple[str, str]]:
         out = [(SUBJECT, r) for r in ("NotApplicable", "InsufficientPrivilege", "TrafficBackendUnavailable")]
+        out += [(f, "TrafficFamilyNotCounted") for f in FAMILIES if f not in self.wanted]
         out.append((DATAPATH, "TrafficDatapathBypass"))
         if self.pod_view is not None:
             out.append((PODS, "PodTrafficUnknown"))
@@ -84,6 +90,8 @@ class Keeper:
         if self.tallies is None:
             self.tallies = Tallies(self.state_dir)
         try:
+            self._refuse(b)
+            self._families(b)
             self._pods(b)
             backend = self._prepare(b)
             if backend is not None:
@@ -180,12 +188,48 @@ class Keeper:
         if snapshot == self.last_pods:
             return
         self.last_pods = snapshot
-        counted, notes = from_pods(snapshot)
-        for note in notes:
-            log.warning("per-pod traffic: %s", note)
+        counted, _ = from_pods(snapshot)  # what is refused is reported by _refuse
         if counted != self.counted:
             self.counted = counted
             self._counted_changed()
+
+    def _families(self, b: ObservationBuilder) -> None:
+        """Each family counted or not, as a metric; a family left out (no internal range of it) while the node
+        has a default route of it or a pod an address of it is a finding: its internet traffic is neither counted
+        nor shaped, and that is said, never silent."""
+        pods = self.vetted_from or ()
+        for family in FAMILIES:
+            counted = family in self.wanted
+            b.sample("node_health_traffic_family_counted", 1 if counted else 0, family=family)
+            if counted:
+                continue
+            version = 4 if family == "ipv4" else 6
+            routed = default_route(self.paths, version)
+            addressed = sum(1 for p in pods if not p.host_network and any(_version(ip) == version for ip in p.ips))
+            if not routed and not addressed:
+                continue
+            why = ", ".join(w for w in ("the node has a default route of it" if routed else "",
+                                        f"{addressed} pods have an address of it" if addressed else "") if w)
+            b.finding(family, "TrafficFamilyNotCounted",
+                      f"{family} internet traffic is neither counted nor shaped ({why}): internal_ranges holds no "
+                      f"{family} range; add the cluster's {family} pod and service ranges to count it")
+
+    def _refuse(self, b: ObservationBuilder) -> None:
+        """A finding per pod or address no rule is written for (`agent.pods.vet`): never node state, and
+        logged once when the pods change, not every run."""
+        view = self.any_view
+        pods = view.pods() if view is not None else None
+        if pods is None:
+            return  # unknown: PodTrafficUnknown says so; what was refused before stays refused
+        snapshot = tuple(pods)
+        if snapshot != self.vetted_from:
+            self.vetted_from = snapshot
+            refused = vet(snapshot).refused
+            for r in set(refused) - set(self.refused):
+                log.warning("pods: %s: %s", r.subject, r.why)
+            self.refused = refused
+        for r in self.refused:
+            b.finding(r.subject, "TrafficPodInputRefused", r.why)
 
     def _forget_pods(self) -> None:
         """Tallies of rules no longer wanted (a pod that left): its series goes, and so does its state."""
@@ -335,6 +379,13 @@ class Keeper:
 
     def _recovered(self, key: str) -> None:
         self.errors.recovered(key)
+
+
+def _version(ip: str) -> int:
+    try:
+        return ipaddress.ip_address(ip).version
+    except ValueError:
+        return 0
 
 
 def _human(n: int) -> str:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
-from .rules import TABLE, Plan
+from .rules import TABLE, Plan, checked_line
 from .tools import Unavailable, run, tool
 
 
@@ -57,7 +57,7 @@ def restore_batch(plan: Plan) -> str:
     for chain, specs in plan.rebuild:
         lines += [f"-A {chain} {s.restore_text()}" for s in specs]
     for d in sorted(plan.delete, key=lambda d: (d.chain, -d.position)):
-        lines.append(f"-D {d.chain} {d.rule}")
+        lines.append(checked_line(f"-D {d.chain} {d.rule}"))
     lines += [f"-A {chain} {spec.restore_text()}" for chain, spec in plan.append]
     for chain, spec in reversed(plan.insert):
         lines.append(f"-I {chain} 1 {spec.restore_text()}")

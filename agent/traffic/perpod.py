@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from types import MappingProxyType
 
-from ..pods import PodAddr
+from ..pods import PodAddr, Refused, vet
 from .rules import DIRECTIONS, KEY_HEX, Network, Spec, SubChain, comment, family_of
 
 CHAINS: Mapping[str, str] = MappingProxyType(
@@ -59,30 +59,17 @@ def _key(namespace: str, pod: str, uid: str, net: Network) -> str:
     return hashlib.sha256("\0".join((namespace, pod, uid, str(net))).encode()).hexdigest()[:KEY_HEX]
 
 
-def from_pods(pods: Iterable[PodAddr]) -> tuple[tuple[Counted, ...], list[str]]:
-    """The pods worth counting (not host-network, with an address), and a note per address claimed twice
-    (a pod's status not updated yet): the address then goes to neither, rather than to the wrong one."""
-    claims: dict[Network, int] = {}
-    parsed: list[tuple[PodAddr, list[Network]]] = []
-    for p in pods:
-        if p.host_network:
-            continue
-        nets = []
-        for ip in p.ips:
-            try:
-                net = ipaddress.ip_network(ip)
-            except ValueError:
-                continue
-            nets.append(net)
-            claims[net] = claims.get(net, 0) + 1
-        parsed.append((p, nets))
-    notes = [f"{n} is claimed by {c} pods; counted for none" for n, c in claims.items() if c > 1]
+def from_pods(pods: Iterable[PodAddr]) -> tuple[tuple[Counted, ...], tuple[Refused, ...]]:
+    """The pods worth counting (not host-network, with an address), and what was refused (`agent.pods.vet`):
+    a pod whose uid or name is not Kubernetes', an address that is not one IP, an address two pods list (a
+    pod's status not updated yet, or a hostile API server): that address goes to neither, never the wrong one."""
+    vetted = vet(pods)
     out = []
-    for p, nets in parsed:
-        mine = tuple(dict.fromkeys(n for n in nets if claims[n] == 1))
-        if mine:
+    for p, addrs in vetted.pods:
+        mine = tuple(ipaddress.ip_network(a) for a in addrs)
+        if mine and not p.host_network:
             out.append(Counted(p.namespace, p.name, p.uid, mine))
-    return tuple(sorted(out, key=lambda c: (c.namespace, c.pod))), notes
+    return tuple(sorted(out, key=lambda c: (c.namespace, c.pod))), vetted.refused
 
 
 def from_static(static: Mapping[str, str]) -> tuple[Counted, ...]:

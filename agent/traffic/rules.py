@@ -89,12 +89,39 @@ class Spec:
         return out
 
     def restore_text(self) -> str:
-        """The rule for iptables-restore; our comments never hold a quote or a backslash."""
-        return " ".join(f'"{a}"' if a == self.comment else a for a in self.args())
+        """The rule for iptables-restore, one line: the comment quoted, anything else that is not a plain token
+        quoted too, quotes and backslashes escaped (iptables-restore reads ``\\"`` inside quotes as a quote).
+        Our comments hold neither, and pod input is vetted before it gets here (`agent.pods.vet`); this holds
+        whatever gets through. Raises UnsafeRule for a line break or a control character, which no quoting
+        keeps on one line."""
+        return " ".join(_restore_token(a, quote=a == self.comment) for a in self.args())
 
     def same_as(self, other: Spec) -> bool:
         """Equal, the generation of a count rule aside."""
         return replace(self, comment=_strip_gen(self.comment)) == replace(other, comment=_strip_gen(other.comment))
+
+
+class UnsafeRule(ValueError):
+    """A rule argument iptables-restore cannot be given safely (a line break or control character)."""
+
+
+_PLAIN = re.compile(r"[A-Za-z0-9_.:/+=@,-]+")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def _restore_token(arg: str, *, quote: bool) -> str:
+    if _CONTROL.search(arg):
+        raise UnsafeRule(f"a rule argument holds a control character: {arg[:60]!r}")
+    if not quote and _PLAIN.fullmatch(arg):
+        return arg
+    return '"' + arg.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def checked_line(line: str) -> str:
+    """A line of a restore batch built from text read back (a rule to delete): one line, or UnsafeRule."""
+    if _CONTROL.search(line):
+        raise UnsafeRule(f"a rule read back holds a control character: {line[:60]!r}")
+    return line
 
 
 def comment(direction: str, role: str, gen: str = "") -> str:

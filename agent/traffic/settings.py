@@ -6,9 +6,11 @@ import ipaddress
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from fractions import Fraction
 from types import MappingProxyType
 from typing import Literal
 
+from ..pods import excerpt
 from ..schema import CheckConfig, opt
 
 MAX_RANGES = 256
@@ -17,25 +19,35 @@ _NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,61}[a-z0-9])?$")  # a DNS label (dot
 ANNOTATION = "node-health-agent/internet-egress-bandwidth"
 MIN_RATE, MAX_RATE = 8_000, 10**13  # bits per second: 8 kbit/s .. 10 Tbit/s (HTB's 64-bit rates)
 UNLIMITED = "unlimited"
-_RATE = re.compile(r"^([0-9]+(?:\.[0-9]+)?)(k|K|M|G|T|Ki|Mi|Gi|Ti)?$")
+_RATE = re.compile(r"([0-9]+(?:\.[0-9]+)?)(k|K|M|G|T|Ki|Mi|Gi|Ti)?", re.ASCII)
 _FACTOR = {None: 1, "k": 10**3, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12,
            "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
 RATE_FORMAT = (f'a rate in bits per second: a number with an optional suffix k, M, G, T (powers of 1000) or Ki, Mi, '
                f'Gi, Ti (powers of 1024), e.g. "200M" or "1.5G", between 8k and 10T; or "{UNLIMITED}"')
 
 
+MAX_RATE_TEXT = 32  # characters: "1.5G" needs 4; anything longer is refused before it is parsed
+
+
+class RateError(ValueError):
+    """A rate that is not one the agent accepts; its message quotes at most a short, escaped excerpt."""
+
+
 def parse_rate(text: str) -> int | None:
     """A rate as the shaping annotation and config give it, in bits per second; None for "unlimited".
-    The units are Kubernetes quantities' (as in kubernetes.io/egress-bandwidth). Raises ValueError."""
+    The units are Kubernetes quantities' (as in kubernetes.io/egress-bandwidth). Raises RateError (a
+    ValueError) for anything else, whatever the text (309 nines, NaN, unicode digits, newlines)."""
+    if not isinstance(text, str) or len(text) > MAX_RATE_TEXT:
+        raise RateError(f"expected {RATE_FORMAT}, got {excerpt(text)}")
     value = text.strip()
     if value == UNLIMITED:
         return None
-    m = _RATE.match(value)
+    m = _RATE.fullmatch(value)
     if m is None:
-        raise ValueError(f'expected {RATE_FORMAT}, got "{text}"')
-    bits = round(float(m.group(1)) * _FACTOR[m.group(2)])
+        raise RateError(f"expected {RATE_FORMAT}, got {excerpt(text)}")
+    bits = round(Fraction(m.group(1)) * _FACTOR[m.group(2)])  # exact: no float overflow, no NaN
     if not MIN_RATE <= bits <= MAX_RATE:
-        raise ValueError(f'expected a rate between 8k and 10T bits per second, got "{text}"')
+        raise RateError(f"expected a rate between 8k and 10T bits per second, got {excerpt(text)}")
     return bits
 
 
@@ -45,6 +57,19 @@ def _rate(value: str) -> str | None:
     except ValueError as exc:
         return str(exc)
     return None
+
+
+def _finite_rate(value: str) -> str | None:
+    problem = _rate(value)
+    if problem is None and parse_rate(value) is None:
+        return f'expected a rate (not "{UNLIMITED}"), got "{value}"'
+    return problem
+
+
+def _namespace(value: str) -> str | None:
+    if re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", value):
+        return None
+    return f'expected a namespace name (a DNS-1123 label), got "{value}"'
 
 
 def _annotation(value: str) -> str | None:
@@ -76,6 +101,15 @@ class ShapingConfig:
     namespace_defaults: Mapping[str, str] = opt(
         MappingProxyType({}), 'Limit for the pods of a namespace without the annotation: { "batch" = "100M" }.'
     )
+    binding_namespaces: tuple[str, ...] = opt(
+        (), "Namespaces whose default binds: a pod's annotation there may only lower its limit (\"unlimited\" or a "
+        "higher rate gets the namespace default). Each must have a namespace_defaults entry.", check=_namespace,
+    )
+    max_rate: str = opt(
+        "", 'Operator ceiling: the highest limit any pod gets, whatever its annotation or namespace default says '
+        '(e.g. "1G"; "10T" is capped to it). Empty: no ceiling. "unlimited" outside a binding namespace still '
+        "opts a pod out.", check=lambda v: None if v == "" else _finite_rate(v),
+    )
     interfaces: tuple[str, ...] = opt(
         (), "Uplinks to shape on; empty: the devices of the default routes (IPv4 and IPv6).", check=_interface
     )
@@ -92,7 +126,17 @@ class ShapingConfig:
             problem = _rate(value)
             if problem:
                 return f"namespace_defaults.{ns}", problem
+        for ns in self.binding_namespaces:
+            if ns not in self.namespace_defaults:
+                return "binding_namespaces", f'expected namespaces with a namespace_defaults entry, got "{ns}" without one'
+            if parse_rate(self.namespace_defaults[ns]) is None:
+                return "binding_namespaces", f'expected namespaces whose default is a rate, got "{ns}" = "unlimited"'
         return None
+
+    @property
+    def ceiling(self) -> int | None:
+        """max_rate in bits per second; None: no ceiling."""
+        return parse_rate(self.max_rate) if self.max_rate else None
 
 
 

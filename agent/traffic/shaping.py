@@ -24,9 +24,9 @@ import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from ..pods import PodAddr
+from ..pods import Address, PodAddr, excerpt, vet
 from .rules import COMMENT_PREFIX, Current, Spec, SubChain, parse_spec
-from .settings import ShapingConfig, parse_rate
+from .settings import RateError, ShapingConfig, parse_rate
 
 CHAIN = "NODE-HEALTH-SHAPE"
 ROLE = "shape"
@@ -40,7 +40,7 @@ class Limit:
     uid: str
     ips: tuple[str, ...]
     bits: int  # bits per second
-    source: str  # "annotation" or "namespace default"
+    source: str  # "annotation", "namespace default", "namespace default (binding)"; ", capped by max_rate"
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,32 +51,58 @@ class Invalid:
 
 
 def limits(pods: Iterable[PodAddr], cfg: ShapingConfig) -> tuple[list[Limit], list[Invalid]]:
-    """The pods to shape (with at least one address), and the pods whose limit cannot be used."""
+    """The pods to shape (with at least one address of their own), and the pods whose limit cannot be used.
+    Pods `agent.pods.vet` refuses (bad uid or name; an address not one IP, or listed by two pods) get no rule
+    for what is refused (the keeper reports them). One pod's input never stops the others: whatever it holds
+    becomes an `Invalid` of that pod."""
     out: list[Limit] = []
     bad: list[Invalid] = []
-    for pod in pods:
-        value = pod.annotations.get(cfg.annotation)
-        source = "annotation"
-        if value is None:
-            value, source = cfg.namespace_defaults.get(pod.namespace), "namespace default"
-        if value is None:
-            continue
+    for pod, addrs in vet(pods).pods:
         try:
-            bits = parse_rate(value)
-        except ValueError as exc:
-            where = f"annotation {cfg.annotation}" if source == "annotation" else "namespace default"
-            bad.append(Invalid(pod.namespace, pod.name, f"{where}: {exc}; the pod is not shaped"))
-            continue
-        if bits is None:
-            continue
-        if pod.host_network:
-            if source == "annotation":  # a namespace default does not claim host-network pods
-                bad.append(Invalid(pod.namespace, pod.name, "a host-network pod's traffic is the node's and cannot be "
-                                   "told apart per pod; the pod is not shaped"))
-            continue
-        if pod.ips:
-            out.append(Limit(pod.namespace, pod.name, pod.uid, tuple(pod.ips), bits, source))
+            lim = _limit(pod, addrs, cfg)
+        except RateError as exc:
+            bad.append(Invalid(pod.namespace, pod.name, f"{_where(pod, cfg)}: {exc}; the pod is not shaped"))
+        except Exception as exc:  # a tenant's input fails alone, whatever it is
+            bad.append(Invalid(pod.namespace, pod.name, f"{_where(pod, cfg)}: {type(exc).__name__}: "
+                               f"{excerpt(str(exc))}; the pod is not shaped"))
+        else:
+            if isinstance(lim, Invalid):
+                bad.append(lim)
+            elif lim is not None:
+                out.append(lim)
     return out, bad
+
+
+def _where(pod: PodAddr, cfg: ShapingConfig) -> str:
+    return f"annotation {cfg.annotation}" if cfg.annotation in pod.annotations else "namespace default"
+
+
+def _limit(pod: PodAddr, addrs: Sequence[Address], cfg: ShapingConfig) -> Limit | Invalid | None:
+    value = pod.annotations.get(cfg.annotation)
+    source = "annotation"
+    default = cfg.namespace_defaults.get(pod.namespace)
+    if value is None:
+        value, source = default, "namespace default"
+    if value is None:
+        return None
+    bits = parse_rate(value)
+    if pod.namespace in cfg.binding_namespaces and source == "annotation" and default is not None:
+        floor = parse_rate(default)  # a binding default: the annotation may only lower the limit
+        if floor is not None and (bits is None or bits > floor):
+            bits, source = floor, "namespace default (binding)"
+    ceiling = cfg.ceiling
+    if ceiling is not None and bits is not None and bits > ceiling:
+        bits, source = ceiling, f"{source}, capped by max_rate"
+    if bits is None:
+        return None
+    if pod.host_network:
+        if cfg.annotation in pod.annotations:  # a namespace default does not claim host-network pods
+            return Invalid(pod.namespace, pod.name, "a host-network pod's traffic is the node's and cannot be "
+                           "told apart per pod; the pod is not shaped")
+        return None
+    if not addrs:
+        return None
+    return Limit(pod.namespace, pod.name, pod.uid, tuple(str(a) for a in addrs), bits, source)
 
 
 def assign(wanted: Sequence[Limit], current: Mapping[str, int], major: int) -> tuple[dict[str, int], list[Limit]]:

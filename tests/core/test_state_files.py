@@ -25,6 +25,7 @@ DECLARING = (
     "agent.gpu.xid_source",
     "agent.traffic.tally",
     "agent.kube.reconciler",
+    "agent.kube.actuator",
 )
 
 GPU = "GPU-8e0f0a1c"
@@ -62,6 +63,10 @@ SHAPES: dict[str, tuple[Any, Any]] = {
     "traffic.json": (
         {"version": 1, "tallies": {"internet-in/ipv4": TALLY}, "repairs": {"ipv4": 1}},
         {"version": 1, "tallies": {"internet-in/ipv4": {**TALLY, "bytes": "2"}}, "repairs": {}},
+    ),
+    "kill-switch.json": (
+        {"switch": "node-health/node-health-agent-kill-switch/paused", "paused": True},
+        {"switch": "node-health/node-health-agent-kill-switch/paused", "paused": "true"},
     ),
     "kubernetes.json": (
         {"version": 1, "active": [ACTIVE], "outbox": [{"type": "Warning", "reason": "DiskFull", "action": "", "note": "n", "name": "e1"}],
@@ -144,11 +149,38 @@ def test_set_aside_copies_are_bounded(tmp_path: Path) -> None:
     assert (tmp_path / aside[-1]).read_text() == f"[{state.KEEP_BAD + 2}]", "the newest are kept"
 
 
-def test_unreadable_file_is_left_in_place(tmp_path: Path) -> None:
+def test_unreadable_file_is_left_in_place(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 25 item 6: left in place, logged once and counted once while it stays unreadable (a poll reads
+    its file every run), and said again when it mends."""
     (tmp_path / "traffic.json").mkdir()  # EISDIR: not damage of ours to set aside
-    before = state.rejected()["traffic.json"]
-    assert StateDir(str(tmp_path)).load(specs()["traffic.json"]) is None
-    assert os.listdir(tmp_path) == ["traffic.json"] and state.rejected()["traffic.json"] == before
+    before, ignored = state.rejected()["traffic.json"], state.ignored()["traffic.json"]
+    sd = StateDir(str(tmp_path))
+    with caplog.at_level(logging.INFO, logger="agent.statedir"):
+        for _ in range(5):
+            assert sd.load(specs()["traffic.json"]) is None
+        assert os.listdir(tmp_path) == ["traffic.json"] and state.rejected()["traffic.json"] == before
+        assert state.ignored()["traffic.json"] == ignored + 1
+        said = [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO]
+        assert len(said) == 1 and "traffic.json is ignored (unreadable" in said[0], said
+        (tmp_path / "traffic.json").rmdir()
+        sd.write_json("traffic.json", SHAPES["traffic.json"][0])
+        assert sd.load(specs()["traffic.json"]) is not None
+        assert "readable again" in caplog.records[-1].getMessage()
+
+
+def test_gpu_poll_state_of_another_boot_is_ignored_and_said_once(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """gpu-poll.json of an earlier boot is dropped (its counters are per boot), in one info line, never silently."""
+    from agent.gpu.poller import POLL_FILE, POLL_STATE
+
+    sd = StateDir(str(tmp_path))
+    sd.write_json(POLL_STATE, SHAPES[POLL_STATE][0])
+    loaded = sd.load(POLL_FILE)
+    assert loaded is not None
+    with caplog.at_level(logging.INFO, logger="agent.statedir"):
+        for _ in range(3):
+            sd.ignored(POLL_STATE, f"kept in boot {loaded['boot']!r}, this is boot 'b2'")
+    said = [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO]
+    assert len(said) == 1 and "gpu-poll.json is ignored (kept in boot 'b1'" in said[0], said
 
 
 def test_rejections_are_exported(tmp_path: Path) -> None:

@@ -161,3 +161,23 @@ def test_gpu_users_says_none_when_it_cannot_tell(scenario, fake_nvml_lib, root, 
     assert users.processes_on_gpu(GPU1) is None and users.pods_on_gpu(GPU1) is None
     assert users.processes_on_gpu(GPU1) is None
     assert sum("cannot be told" in r.message for r in caplog.records) == 2  # once per lookup while the cause stays
+
+
+def test_a_hostile_kubelet_reaches_the_fallback(scenario, fake_nvml_lib, root) -> None:
+    """Issue 25 item 4: a kubelet socket flooding CONTINUATION frames (h2 ProtocolError before, which escaped
+    and failed the check and the ladder's tick) is an AttributionError naming the socket: GpuUsers then says
+    "cannot tell" (None), which the ladder answers with the whole node."""
+    from fakekubelet import continuation_flood, hostile
+
+    from agent.gpu.attribution import GpuUsers
+
+    scenario.set([h100(0, procs="LOST")])
+    sock = os.path.join(root, "k.sock")
+    t = hostile(sock, continuation_flood)
+    with pytest.raises(AttributionError, match="PodResources: List on .*k.sock"):
+        attribution(root, fake_nvml_lib).pods_on_gpu(GPU0)
+    t.join(15)
+    os.unlink(sock)
+    t = hostile(sock, continuation_flood)
+    assert GpuUsers(attribution(root, fake_nvml_lib)).pods_on_gpu(GPU0) is None
+    t.join(15)

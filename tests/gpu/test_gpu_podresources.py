@@ -4,9 +4,12 @@ unix socket: the reply decoded, errors, a hang, no socket; the wire format alone
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import pytest
-from fakekubelet import FakeKubelet, encode_list_response
+from fakekubelet import FakeKubelet, continuation_flood, encode_list_response, hostile, http1_answer, non_utf8_headers, protocol_error
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from agent.gpu import podresources as pr
 
@@ -95,3 +98,30 @@ def test_unknown_fields_are_skipped_and_garbage_is_an_error() -> None:
         pr.decode_list_response(b"\x0b")  # wire type 3 (groups) is not in proto3
     with pytest.raises(pr.PodResourcesError, match="truncated"):
         pr.grpc_messages(b"\x00\x00\x00\x00\x09abc")
+
+
+# ------------------------------------------------------------------ a hostile kubelet (issue 25 item 4)
+
+
+@pytest.mark.parametrize("script", [non_utf8_headers, continuation_flood, protocol_error, http1_answer],
+                         ids=lambda f: f.__name__)
+def test_a_hostile_kubelet_is_a_bounded_error_naming_the_socket(sock: str, script: Any) -> None:
+    """Non-UTF-8 headers, a CONTINUATION flood, an h2 ProtocolError, HTTP/1: each a PodResourcesError naming the
+    socket (so attribution reaches its fallback: the whole node), never UnicodeDecodeError or ProtocolError."""
+    t = hostile(sock, script)
+    with pytest.raises(pr.PodResourcesError) as err:
+        pr.list_pods(sock, timeout=10)
+    said = str(err.value)
+    assert sock in said and len(said) < 600 and "\x1b" not in said and "\n" not in said, said
+    t.join(15)
+
+
+@given(st.binary(max_size=400))
+@settings(max_examples=300, deadline=None)
+def test_any_bytes_decode_to_pods_or_a_podresources_error(data: bytes) -> None:
+    """The decoders of what the kubelet sends: pods, or PodResourcesError; never another exception."""
+    for decode in (pr.decode_list_response, pr.grpc_messages):
+        try:
+            decode(data)
+        except pr.PodResourcesError:
+            pass

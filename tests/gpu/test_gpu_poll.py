@@ -172,12 +172,15 @@ def test_expected_count_from_config(gpu_context, scenario) -> None:
     assert reasons(obs) == {("gpus", "GpuMissing"): Severity.CRITICAL}
 
 
-def test_gpu_seen_earlier_this_boot_stays_expected(gpu_context, scenario, host) -> None:
+def test_gpu_seen_earlier_this_boot_stays_expected(gpu_context, scenario, host, caplog) -> None:
     scenario.set([h100(0), h100(1)])
     run(gpu_context)
     scenario.set([h100(0)])  # gone from NVML and from the bus
     _, obs = run(gpu_context)
     assert reasons(obs) == {("gpus", "GpuMissing"): Severity.CRITICAL}
     host.reboot()
-    _, obs = run(gpu_context)
+    with caplog.at_level("INFO", logger="agent.statedir"):
+        _, obs = run(gpu_context)
     assert obs.findings == ()  # a new boot: the node has one GPU now
+    # the earlier boot's gpu-poll.json is dropped in one line, never silently (issue 25 item 6)
+    assert [r.getMessage() for r in caplog.records if "gpu-poll.json is ignored (kept in boot" in r.getMessage()]

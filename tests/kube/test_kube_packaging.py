@@ -42,6 +42,11 @@ def helm_(values: dict[str, Any] | None = None, **kw: Any) -> list[dict[str, Any
     return helm(merged, **kw)
 
 
+HASH = "$2b$04$gIRQECH6TerwO9xhwp4Plux7EkVMttvGlG4NaA0lmEInnRieRyE2i"  # bcrypt of "scrape-me"
+BASIC_AUTH = {"metrics": {
+    "tls": {"enabled": True, "secretName": "agent-tls", "scrape": {"caSecret": {"name": "agent-tls"}}},
+    "basicAuth": {"enabled": True, "users": {"prometheus": HASH}, "scrapeSecret": {"name": "scrape"}},
+    "serviceMonitor": {"enabled": True}}}
 EVERYTHING_ON = {
     "nvidiaRuntime": {"enabled": True},
     "metrics": {"tls": {"enabled": True, "secretName": "agent-tls", "scrape": {"caSecret": {"name": "agent-tls"}}},
@@ -73,6 +78,7 @@ RENDERINGS = {
     "kustomize+nvidia-runtime": lambda: kustomize(["nvidia-runtime"]),
     "helm": lambda: helm_(),
     "helm+everything": lambda: helm_(EVERYTHING_ON),
+    "helm+basic-auth,tls": lambda: helm_(BASIC_AUTH),
     "helm+mtls,no-budget": lambda: helm_({"metrics": {"tls": {
         "enabled": True, "secretName": "t", "clientAuth": True,
         "scrape": {"certSecret": {"name": "c"}, "keySecret": {"name": "c"}}}}, "taintBudget": {"enabled": False}}),
@@ -506,3 +512,31 @@ def test_monitors_take_honor_labels_relabelings_and_metric_relabelings() -> None
     for kind, key in (("PodMonitor", "podMetricsEndpoints"),):
         (ep,) = find(helm_(), kind)["spec"][key]
         assert ep["honorLabels"] is True and "metricRelabelings" not in ep
+
+
+def test_basic_auth_on_metrics_and_the_monitors_scrape_with_it() -> None:
+    """Issue 25 item 7: an authenticated /metrics from values: the users' bcrypt hashes reach agent.toml (loaded by
+    the real loader), both monitors scrape with the Secret's username and password; /healthz probes stay HTTP(S)
+    without credentials (the agent serves /healthz without auth)."""
+    docs = helm_(BASIC_AUTH)
+    cfg = parse(agent_toml(docs), "agent.toml")
+    assert dict(cfg.metrics.basic_auth_users) == {"prometheus": HASH}
+    for monitor, endpoints in (("PodMonitor", "podMetricsEndpoints"), ("ServiceMonitor", "endpoints")):
+        (ep,) = find(docs, monitor)["spec"][endpoints]
+        assert ep["basicAuth"] == {"username": {"name": "scrape", "key": "username"},
+                                   "password": {"name": "scrape", "key": "password"}}
+    c = container(docs)
+    assert all(c[p]["httpGet"]["path"] == "/healthz" for p in ("startupProbe", "readinessProbe", "livenessProbe"))
+    assert "basicAuth" not in str(helm_()), "off by default"
+
+
+@pytest.mark.parametrize(("values", "said"), [
+    ({"metrics": {"basicAuth": {"enabled": True, "scrapeSecret": {"name": "s"}}}}, "metrics.basicAuth.users"),
+    ({"metrics": {"basicAuth": {"enabled": True, "users": {"p": HASH}}}}, "metrics.basicAuth.scrapeSecret.name"),
+    ({"metrics": {"basicAuth": {"enabled": True, "users": {"p": "plaintext"}}}}, "users"),
+])
+def test_basic_auth_without_what_it_needs_is_refused(values: dict[str, Any], said: str) -> None:
+    import helm_python
+
+    with pytest.raises(helm_python.HelmError, match=said):
+        helm_(values)

@@ -8,6 +8,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 
 from agent.kube.podwatch import PodWatch, list_once, reconnect_delay, watch_timeout
 from agent.kube.settings import PodWatchSection
@@ -64,7 +67,7 @@ def test_initial_list_sees_this_nodes_running_pods_only(fake: FakeApiServer, tmp
     fake.edit_pod("team-a", "train-0", lambda p: p["metadata"].__setitem__("annotations", {
         "node-health-agent/internet-egress-bandwidth": "200M",
         "kubectl.kubernetes.io/last-applied-configuration": "{}", "huge": "x" * 5000}))
-    pw = watch(fake, str(tmp_path), started)
+    pw = watch(fake, str(tmp_path), started, annotations={"node-health-agent/internet-egress-bandwidth", "huge"})
     pods = {p.name: p for p in pw.pods() or ()}
     assert sorted(pods) == ["net", "train-0"]
     train, net = pods["train-0"], pods["net"]
@@ -216,10 +219,86 @@ def test_podaddr_of_a_pod_object() -> None:
            "spec": {"terminationGracePeriodSeconds": 60, "containers": [{"name": "c" * 100}]},
            "status": {"phase": "Running", "podIP": "10.0.0.1", "podIPs": [{"ip": "10.0.0.1"}, {"ip": "fd00::1"}],
                       "conditions": [{"type": "Ready", "status": "True"}]}}
-    addr = addr_of(obj)
+    addr = addr_of(obj, {"kubernetes.io/config.mirror"})
     assert addr == PodAddr("n", "p", "u", ("10.0.0.1", "fd00::1"), False, {"kubernetes.io/config.mirror": "x"})
+    assert addr_of(obj).annotations == {}
     rec = drain_record(obj, addr)
     from agent.kube.drain import Pod, skip_reason
 
     assert Pod.of(rec) == Pod.of(obj) and skip_reason(rec, frozenset()) == skip_reason(obj, frozenset()) == "mirror"
     assert "containers" not in rec["spec"] and "conditions" not in rec["status"]
+
+
+def pod_with_annotations(i: int, n: int) -> dict[str, Any]:
+    notes = {f"tenant.example.com/note-{k}": f"{i}-{k}-" + "v" * 1000 for k in range(n)}
+    notes["node-health-agent/internet-egress-bandwidth"] = "200M"
+    return {"metadata": {"namespace": "team", "name": f"p-{i}", "uid": f"uid-{i}", "annotations": notes},
+            "spec": {}, "status": {"phase": "Running", "podIPs": [{"ip": f"10.1.{i // 250}.{i % 250}"}]}}
+
+
+def held(objs: list[dict[str, Any]], keep: Any) -> int:
+    """Bytes the PodAddrs made of `objs` still hold (tracemalloc) once each pod object, decoded from JSON as
+    the client does, is dropped."""
+    import gc
+    import json
+    import tracemalloc
+
+    from agent.kube.podwatch import addr_of
+
+    raw = [json.dumps(o) for o in objs]
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        kept = []
+        for text in raw:
+            obj = json.loads(text)
+            kept.append(addr_of(obj, keep(obj)))
+            del obj
+        gc.collect()
+        size = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert len(kept) == len(objs)
+    return size
+
+
+def test_only_the_annotations_read_are_kept() -> None:
+    """Issue 25 item 10: 110 pods x 250 annotations of ~1 KB. Keeping every short annotation (what the watch
+    did) holds megabytes; keeping the keys the checks read holds what pods without annotations hold."""
+    from agent.kube.podwatch import addr_of
+
+    many = [pod_with_annotations(i, 250) for i in range(110)]
+    none = [pod_with_annotations(i, 0) for i in range(110)]
+    ann = "node-health-agent/internet-egress-bandwidth"
+    every = held(many, lambda o: o["metadata"]["annotations"].keys())  # the old behaviour, for comparison
+    read = held(many, lambda o: {ann})
+    bare = held(none, lambda o: {ann})
+    print(f"110 pods x 250 annotations: {every / 1e6:.1f} MB kept all, {read / 1e3:.0f} kB kept the key read, "
+          f"{bare / 1e3:.0f} kB without annotations")
+    assert every > 20_000_000
+    assert read < bare * 1.5 + 4096
+    assert dict(addr_of(many[0], {ann}).annotations) == {ann: "200M"}
+
+
+JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=30),
+                    lambda kids: st.lists(kids, max_size=3) | st.dictionaries(st.text(max_size=10), kids, max_size=3),
+                    max_leaves=20)
+FIELDS = st.sampled_from(["metadata", "spec", "status", "annotations", "podIPs", "podIP", "ip", "uid", "name",
+                          "namespace", "hostNetwork", "ownerReferences", "kind", "controller", "phase",
+                          "node-health-agent/internet-egress-bandwidth", "kubernetes.io/config.mirror"])
+POD_LIKE = st.recursive(JSON, lambda kids: st.dictionaries(FIELDS, kids, max_size=5), max_leaves=40)
+
+
+@given(st.dictionaries(FIELDS, POD_LIKE, max_size=4))
+@hsettings(max_examples=120, deadline=None)
+def test_any_pod_object_gives_a_podaddr(obj: dict[str, Any]) -> None:
+    """Issue 25 item 4: whatever a (hostile) API server sends as a pod, what features and the drain keep of it is
+    made without an exception, with at most MAX_IPS addresses and only the annotation keys asked for."""
+    from agent.kube.podwatch import MAX_IPS, addr_of, drain_record
+
+    ann = "node-health-agent/internet-egress-bandwidth"
+    addr = addr_of(obj, {ann})
+    assert len(addr.ips) <= MAX_IPS and set(addr.annotations) <= {ann}
+    assert all(isinstance(v, str) for v in addr.annotations.values())
+    drain_record(obj, addr)

@@ -107,3 +107,92 @@ def test_without_a_cluster_it_is_a_dry_run(tmp_path: Any, caplog: pytest.LogCapt
     rec.step(clock(), snapshot([finding("FakeDiskFull")], runs=1))
     assert rec.dry_run and ("node-health-agent/disk", "NoSchedule", "dry_run") in rec.would["taint"]
     assert "would carry taints ['node-health-agent/disk=FakeDiskFull:NoSchedule']" in caplog.text
+
+
+@pytest.mark.parametrize(("data", "paused"), [
+    ({"paused": "true"}, True), ({"paused": "false"}, False), ({}, False), ({"other": "x"}, False),
+    ({"paused": "yes"}, True), ({"paused": "1"}, True), ({"paused": "on"}, True), ({"paused": "True "}, True),
+    ({"paused": "fasle"}, True), ({"paused": "False"}, True), ({"paused": ""}, True), ({"paused": 0}, True),
+    ({"paused": None}, True), ({"paused": "\n" * 5000}, True), ("not a map", True), (["x"], True),
+])
+def test_kill_switch_fails_closed(data: Any, paused: bool, caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 25 item 3: only an absent key or exactly "false" lets taint changes go; anything else pauses,
+    logged once per value with a short escaped excerpt."""
+    import threading
+
+    seen: list[bool | None] = []
+    ks = actuator.KillSwitch(None, settings(kill_switch=KS_NAME).kill_switch, seen.append,  # type: ignore[arg-type]
+                             threading.Event())
+    ks._found({"metadata": {"name": KS_NAME}, "data": data})
+    ks._found({"metadata": {"name": KS_NAME}, "data": data})
+    assert ks.state is paused and seen == [paused]
+    odd = [r.getMessage() for r in caplog.records if "neither" in r.getMessage()]
+    assert len(odd) == (1 if paused and data != {"paused": "true"} else 0)
+    assert all(len(m) < 300 and "\n" not in m for m in odd)
+
+
+def test_deleted_kill_switch_keeps_its_last_state(fake: FakeApiServer, tmp_path: Any,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 25 item 3: deleting the ConfigMap never lifts a pause; the agent says so (KillSwitchDeleted, the
+    missing gauge) and keeps it across a re-list; the ConfigMap back with "false" lets changes go again."""
+    monkeypatch.setattr(actuator, "WATCH_MIN", 1)
+    monkeypatch.setattr(actuator, "WATCH_MAX", 1)
+    fake.set_configmap(KS_NS, KS_NAME, {"paused": "true"})
+    act = start_actuator(fake, str(tmp_path), settings(kill_switch=KS_NAME))
+    try:
+        wait_for(lambda: act.reconciler.paused is True)
+        fake.cluster.delete(("", "configmaps", KS_NS, KS_NAME))
+        wait_for(lambda: sample_value(act, "node_health_kube_kill_switch_missing") == 1)
+        wait_for(lambda: any(f.reason == "KillSwitchDeleted" for f in act.source._findings))
+        assert act.reconciler.paused is True
+        assert sample_value(act, "node_health_kube_kill_switch", state="paused") == 1
+        lists = len([r for r in fake.log(verbs=("list",)) if "configmaps" in r.path])
+        fake.stop()
+        fake.cluster.compact()
+        fake.start()  # a re-list that finds no ConfigMap: still paused
+        wait_for(lambda: len([r for r in fake.log(verbs=("list",)) if "configmaps" in r.path]) > lists, timeout=15)
+        assert act.reconciler.paused is True
+        fake.set_configmap(KS_NS, KS_NAME, {"paused": "false"})
+        wait_for(lambda: act.reconciler.paused is False, timeout=15)
+        wait_for(lambda: sample_value(act, "node_health_kube_kill_switch_missing") == 0)
+    finally:
+        act.stop()
+
+
+def test_kill_switch_never_created_is_active_and_says_so(fake: FakeApiServer, tmp_path: Any) -> None:
+    act = start_actuator(fake, str(tmp_path), settings(kill_switch=KS_NAME))
+    try:
+        wait_for(lambda: sample_value(act, "node_health_kube_kill_switch_missing") == 1)
+        assert act.reconciler.paused is False
+        assert not any(f.reason == "KillSwitchDeleted" for f in act.source._findings)
+    finally:
+        act.stop()
+
+
+def test_a_pause_survives_a_restart_that_finds_the_configmap_deleted(fake: FakeApiServer, tmp_path: Any) -> None:
+    """Issue 25 item 3, across a restart: the last state read is kept in kill-switch.json, so an agent started
+    after the ConfigMap was deleted stays paused (and says the ConfigMap is gone) instead of failing open."""
+    fake.set_configmap(KS_NS, KS_NAME, {"paused": "true"})
+    act = start_actuator(fake, str(tmp_path), settings(kill_switch=KS_NAME))
+    try:
+        wait_for(lambda: act.reconciler.paused is True)
+        wait_for(lambda: (tmp_path / f"state-{NODE}" / "kill-switch.json").exists())
+    finally:
+        act.stop()
+    fake.cluster.delete(("", "configmaps", KS_NS, KS_NAME))
+    act = start_actuator(fake, str(tmp_path), settings(kill_switch=KS_NAME))
+    try:
+        wait_for(lambda: sample_value(act, "node_health_kube_kill_switch_missing") == 1)
+        assert act.reconciler.paused is True
+        wait_for(lambda: any(f.reason == "KillSwitchDeleted" for f in act.source._findings))
+        fake.set_configmap(KS_NS, KS_NAME, {"paused": "false"})
+        wait_for(lambda: act.reconciler.paused is False, timeout=15)
+    finally:
+        act.stop()
+    act = start_actuator(fake, str(tmp_path), settings(kill_switch=KS_NAME))  # "false" kept too
+    try:
+        fake.cluster.delete(("", "configmaps", KS_NS, KS_NAME))
+        wait_for(lambda: sample_value(act, "node_health_kube_kill_switch_missing") == 1)
+        assert act.reconciler.paused is False
+    finally:
+        act.stop()

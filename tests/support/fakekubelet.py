@@ -10,8 +10,10 @@ while it runs (`set_pods`), make it fail (`fail`) or hang (`hang`).
 from __future__ import annotations
 
 import os
+import socket
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 # A pod: (namespace, name, {container: [(resource, [device ids])]})
@@ -126,3 +128,66 @@ class FakeKubelet:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+# ------------------------------------------------------------------ a hostile kubelet (issue 25 item 4)
+
+
+def frame(kind: int, flags: int, stream: int, payload: bytes) -> bytes:
+    return len(payload).to_bytes(3, "big") + bytes([kind, flags]) + stream.to_bytes(4, "big") + payload
+
+
+SETTINGS, HEADERS, CONTINUATION, DATA = 4, 1, 9, 0
+END_STREAM, END_HEADERS = 0x1, 0x4
+
+
+def hostile(path: str, script: Callable[[socket.socket], None]) -> threading.Thread:
+    """A unix socket that accepts one connection, reads the request, and plays `script` to the client."""
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(path)
+    srv.listen(1)
+
+    def serve() -> None:
+        conn, _ = srv.accept()
+        try:
+            conn.settimeout(5)
+            conn.recv(1 << 16)
+            conn.sendall(frame(SETTINGS, 0, 0, b""))
+            script(conn)
+        except OSError:
+            pass  # the client gave up, as it should
+        finally:
+            conn.close()
+            srv.close()
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    return t
+
+
+def non_utf8_headers(conn: socket.socket) -> None:
+    import hpack
+
+    block = hpack.Encoder().encode([(b":status", b"200"), (b"content-type", b"application/grpc"),
+                                    (b"grpc-status", b"\xff\xfe"), (b"grpc-message", b"\xc3\x28\x1b[2J" * 100)])
+    conn.sendall(frame(HEADERS, END_HEADERS | END_STREAM, 1, block))
+    time.sleep(1)
+
+
+def continuation_flood(conn: socket.socket) -> None:
+    import hpack
+
+    conn.sendall(frame(HEADERS, 0, 1, hpack.Encoder().encode([(b":status", b"200")])))
+    junk = frame(CONTINUATION, 0, 1, b"\x00" * 16000)
+    for _ in range(4000):  # 64 MB if nobody stops it
+        conn.sendall(junk)
+
+
+def protocol_error(conn: socket.socket) -> None:
+    conn.sendall(frame(DATA, END_STREAM, 0, b"x"))  # DATA on stream 0: a connection error
+    time.sleep(1)
+
+
+def http1_answer(conn: socket.socket) -> None:
+    conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+    time.sleep(1)

@@ -196,6 +196,41 @@ def test_cilium_device_without_an_agent_says_nothing(tmp_path: Path) -> None:
     assert cilium_routing(HostPaths(sysfs=str(tmp_path / "sys")), str(tmp_path / "absent.sock")) is None
 
 
+class _Hostile(_Cilium):
+    body = b"[" * 200_000 + b"]" * 200_000  # nested past the JSON parser's recursion limit
+
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(self.body)))
+        self.end_headers()
+        self.wfile.write(self.body)
+
+
+@pytest.mark.parametrize("body", [b"[" * 200_000 + b"]" * 200_000, b"\xff\x00garbage"], ids=["nested", "garbage"])
+def test_a_hostile_cilium_socket_says_nothing_and_is_logged_once(
+        tmp_path: Path, body: bytes, caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 25 item 4: deeply nested JSON (RecursionError, which failed the traffic check) or garbage from the
+    Cilium socket: "does not say" (the byte witness still judges), logged once naming the socket."""
+    (tmp_path / "sys/class/net/cilium_host").mkdir(parents=True)
+    path = str(tmp_path / "hostile.sock")
+
+    class Handler(_Hostile):
+        pass
+
+    Handler.body = body
+    server = _UnixHTTPServer(path, Handler)  # type: ignore[arg-type]
+    t = threading.Thread(target=server.serve_forever, daemon=True)
+    t.start()
+    try:
+        for _ in range(3):
+            assert cilium_routing(HostPaths(sysfs=str(tmp_path / "sys")), path) is None
+    finally:
+        server.shutdown()
+        server.server_close()
+    said = [r.getMessage() for r in caplog.records if path in r.getMessage()]
+    assert len(said) == 1 and len(said[0]) < 400, said
+
+
 ROUTE = """Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT
 eth0\t00000000\t0102A8C0\t0003\t0\t0\t100\t00000000\t0\t0\t0
 eth0\t0002A8C0\t00000000\t0001\t0\t0\t100\t00FFFFFF\t0\t0\t0

@@ -54,7 +54,10 @@ def test_what_is_counted() -> None:
     assert [(c.pod, [str(n) for n in c.nets]) for c in counted] == [
         ("a", ["10.88.1.2/32", "fd00::2/128"]), ("bad", ["10.88.1.4/32"])
     ]
-    assert notes == ["10.88.1.3/32 is claimed by 2 pods; counted for none"]
+    assert [(r.subject, r.why) for r in notes] == [
+        ("team/bad", 'status.podIPs: not a single IP address: "not-an-ip"; no rule for it'),
+        ("10.88.1.3", "10.88.1.3 is listed by 2 pods (team/b, team/c); no rule is written for it for any of them"),
+    ]
     assert [(c.namespace, c.pod, str(c.nets[0])) for c in from_static({"farm": "192.168.50.0/24"})] == [
         ("", "farm", "192.168.50.0/24")
     ]

@@ -115,6 +115,12 @@ httpGet: {path: /healthz, port: metrics, scheme: {{ include "nha.scheme" . }}}
 {{- end -}}
 {{- $_ := set $fixed.metrics "tls" $tls -}}
 {{- end -}}
+{{- if .Values.metrics.basicAuth.enabled -}}
+{{- if not .Values.metrics.basicAuth.users -}}
+{{- fail "metrics.basicAuth.users: give at least one user and its bcrypt hash (htpasswd -nBC 10 prometheus)" -}}
+{{- end -}}
+{{- $_ := set $fixed.metrics "basic_auth_users" .Values.metrics.basicAuth.users -}}
+{{- end -}}
 {{- $cfg := mergeOverwrite (deepCopy (default (dict) .Values.config)) $fixed -}}
 {{- /* Helm reads every number in values as a float: write 8.0 back as 8, and 6.7108864e+07
      as 67108864 (a float key takes an integer too). */ -}}
