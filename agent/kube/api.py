@@ -291,6 +291,24 @@ class KubeApi:
     def read_quota(self, ns: str, name: str) -> dict[str, Any]:
         return self.call("get", "resourcequotas", self.core.read_namespaced_resource_quota, name, ns)  # type: ignore[no-any-return]
 
+    def count_nodes(self) -> int | None:
+        """How many Nodes the cluster has: a paged LIST of one item from etcd (``limit=1``: a range read
+        of one key plus its count), 1 + ``remainingItemCount``; None when the server gives no count."""
+        body = self.call("list", "nodes", self.core.list_node, limit=1)
+        items, meta = body.get("items") or [], body.get("metadata") or {}
+        remaining = meta.get("remainingItemCount")
+        if isinstance(remaining, int) and remaining >= 0:
+            return len(items) + remaining
+        return len(items) if not meta.get("continue") else None
+
+    def read_configmap(self, ns: str, name: str) -> dict[str, Any]:
+        return self.call("get", "configmaps", self.core.read_namespaced_config_map, name, ns)  # type: ignore[no-any-return]
+
+    def patch_configmap(self, ns: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        return self.call(  # type: ignore[no-any-return]
+            "patch", "configmaps", self.core.patch_namespaced_config_map, name, ns, body, _content_type=MERGE
+        )
+
     # ------------------------------------------------------------ events
 
     def create_event(self, ns: str, body: dict[str, Any]) -> dict[str, Any]:

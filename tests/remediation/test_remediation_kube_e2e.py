@@ -65,6 +65,7 @@ class Node:
         self.sys.mkdir()
         (self.root / "kmsg").write_text(XID79)
         fake.set_quota(DISRUPTION_NS, DISRUPTION_QUOTA, 1)
+        fake.set_quota("node-health-disrupted", "node-health-disrupted", 30)  # the fleet breaker's records
         fake.add_node("spare-node")
         fake.add_replicaset("team-a", "web", 2, NODE, labels={"app": "web"}, ready_after=0.5, grace=1)
         fake.add_pdb("team-a", "web", {"app": "web"}, max_unavailable=1)
