@@ -301,8 +301,17 @@ class KubeApi:
             return len(items) + remaining
         return len(items) if not meta.get("continue") else None
 
-    def read_configmap(self, ns: str, name: str) -> dict[str, Any]:
-        return self.call("get", "configmaps", self.core.read_namespaced_config_map, name, ns)  # type: ignore[no-any-return]
+    def read_configmap(self, ns: str, name: str, cached: bool = False) -> dict[str, Any]:
+        """A GET (a quorum read); `cached`: a LIST of that one name from the watch cache (resourceVersion=0:
+        cheap, maybe a little behind). A missing ConfigMap is a 404 either way."""
+        if not cached:
+            return self.call("get", "configmaps", self.core.read_namespaced_config_map, name, ns)  # type: ignore[no-any-return]
+        body = self.call("list", "configmaps", self.core.list_namespaced_config_map, ns,
+                         field_selector=f"metadata.name={name}", resource_version="0")
+        items = body.get("items") or []
+        if not items:
+            raise ApiError(404, f'configmaps "{name}" not found', reason="NotFound")
+        return items[0]  # type: ignore[no-any-return]
 
     def patch_configmap(self, ns: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
         return self.call(  # type: ignore[no-any-return]

@@ -32,8 +32,9 @@ a node about to disrupt itself asks anything.
   ``breaker-node``, ``breaker-at``): cluster-wide and persistent. The kill
   switch's own ``paused`` key is not touched, so taints, conditions, events
   and metrics go on; only remediation stops. Every node reads the ConfigMap
-  again immediately before each claim and host-changing step (a read of the
-  last `FRESH` seconds counts; drain ticks: at most every `DRAIN_RECHECK`); any value other than absent, "" or
+  again immediately before each host-changing step (drain ticks after the
+  first: at most every `DRAIN_RECHECK`); before
+  a claim, a read of the last resync interval counts, from the watch cache; any value other than absent, "" or
   "false" is tripped (fail closed), and a ConfigMap that cannot be read
   stops the step too. A person resets it (docs/remediation.md): delete the
   records, then set the key to "false".
@@ -44,6 +45,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import math
+import random
 from collections.abc import Callable
 from typing import Any
 
@@ -58,7 +60,6 @@ log = logging.getLogger(__name__)
 SIGNALS = ("disrupted", "tainted", "unknown")
 STATES = ("closed", "tripped", "unknown")
 DRAIN_RECHECK = 60.0  # while a drain goes on, the breaker's state is read again at most this often
-FRESH = 5.0  # before any other step, a read younger than this is fresh (a tick retried after a rate-limit wait)
 CACHE = 300.0  # the quotas' status is trusted this long (the fleet's size: resync_interval)
 
 
@@ -72,7 +73,7 @@ class Breaker:
     def __init__(
         self, api: KubeApi, cfg: KubernetesSection, node: str, node_uid: str, *, mono: Callable[[], float],
         wall: Callable[[], float], event: Callable[[str, str, bool], None],
-        server_now: Callable[[], float | None] = lambda: None,
+        server_now: Callable[[], float | None] = lambda: None, rng: random.Random | None = None,
     ) -> None:
         self.api, self.cfg, self.b, self.node, self.uid = api, cfg, cfg.breaker, node, node_uid
         self.mono, self.wall, self.event, self.server_now = mono, wall, event, server_now
@@ -85,6 +86,8 @@ class Breaker:
         self._pending: dict[str, str] | None = None  # a trip not yet written to the ConfigMap
         self._fleet: tuple[int, float] | None = None
         self._quotas: dict[str, tuple[int, int, float]] = {}  # namespace -> (used, hard, mono read)
+        self._rng = rng or random.Random()
+        self._claim_trust = 0.0  # how long the last read is trusted for a claim (resync interval, jittered)
 
     # ------------------------------------------------------------ the one entry point
 
@@ -95,7 +98,7 @@ class Breaker:
         `ApiError`/`Wait`: the step does not run (the ladder tries again)."""
         if not self.b.enabled:
             return ""
-        why = self._read(fresh=step != "drain" or not self.recorded)
+        why = self._read(step)
         if why:
             return why
         if step == "claim":
@@ -110,23 +113,30 @@ class Breaker:
 
     # ------------------------------------------------------------ the state (the kill-switch ConfigMap)
 
-    def _read(self, fresh: bool) -> str:
+    def _read(self, step: str) -> str:
+        """The state: read again just before a host-changing step (drain ticks after the first: at most every
+        `DRAIN_RECHECK`); for a claim (nothing changes on a host yet, and in a
+        fleet-wide wave every node waits there) a read of the last resync interval (jittered) counts, and it
+        comes from the watch cache: a waiting fleet costs the API server next to nothing."""
         if self._pending is not None:
             self._persist()
             return self._message()
         ks = self.cfg.kill_switch
         if not ks.name:  # no ConfigMap: the state lives in this process only
             return self._message() if self.state == "tripped" else ""
-        if self.mono() - self._read_at < (FRESH if fresh else DRAIN_RECHECK) and self.state in ("closed", "tripped"):
+        claim = step == "claim"
+        trust = self._claim_trust if claim else (DRAIN_RECHECK if step == "drain" and self.recorded else 0.0)
+        if self.mono() - self._read_at < trust and self.state in ("closed", "tripped"):
             return self._message() if self.state == "tripped" else ""
         try:
-            obj = self.api.read_configmap(ks.namespace, ks.name)
+            obj = self.api.read_configmap(ks.namespace, ks.name, cached=claim)
         except ApiError as exc:
             if exc.status != 404:
                 self.state = "unknown"
                 raise
             obj = {}
         self._read_at = self.mono()
+        self._claim_trust = self.cfg.resync_interval * (0.8 + 0.4 * self._rng.random())
         data = obj.get("data") or {}
         value = str(data.get(self.b.key, "")).strip()
         if value.lower() in ("", "false"):
@@ -182,7 +192,7 @@ class Breaker:
     def _quota(self, ns: str, name: str) -> tuple[int, int] | None:
         """(used, hard) of the quota capping Leases in `ns`, cached; None: there is none."""
         got = self._quotas.get(ns)
-        if got is not None and self.mono() - got[2] < CACHE:
+        if got is not None and self.mono() - got[2] < max(CACHE, self._claim_trust):
             return got[0], got[1]
         try:
             q = self.api.read_quota(ns, name)

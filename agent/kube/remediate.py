@@ -99,7 +99,7 @@ class KubeRemediation:
                              rng=rng, what="disruption", expiry=cfg.disruption_budget.expiry, wall=wall, mono=self.mono)
         self.recorder = EventRecorder(self.writes_api, node, burst=cfg.event_burst, refill=cfg.event_refill, now=api.clock())
         self.breaker = Breaker(self.budget_api, cfg, node, node_uid, mono=self.mono, wall=wall, event=self.event,
-                               server_now=self.budget.server_now)
+                               server_now=self.budget.server_now, rng=rng)
         self.label = cfg.taint_prefix + RETIRED_LABEL
         self.condition = cfg.condition_prefix + RETIRED_CONDITION
         self.progress: DrainProgress | None = None

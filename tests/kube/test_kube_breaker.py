@@ -61,11 +61,14 @@ def fleet(fake: FakeApiServer, n: int, count: int) -> list[str]:
     return names
 
 
+MONO = Clock(1000.0)  # the agents' monotonic clock (only the breaker's trust in an earlier read reads it)
+
+
 def agent(fake: FakeApiServer, tmp: Any, node: str, cfg: KubernetesSection, skew: float = 0.0) -> KubeRemediation:
     api = make_api(fake, str(tmp), cfg)
     wall = fake.wall
     return KubeRemediation(api, node, fake.node(node)["metadata"]["uid"], cfg, namespace="node-health",
-                           rng=random.Random(node), wall=lambda: wall() + skew)
+                           rng=random.Random(node), wall=lambda: wall() + skew, mono=MONO)
 
 
 def records(fake: FakeApiServer) -> list[str]:
@@ -108,8 +111,13 @@ def test_the_count_trips_it_for_every_node_until_a_person_resets_it(server: Any,
     assert {dict(s.labels)["signal"]: s.value for s in agents[3].samples()
             if s.name == "node_health_kube_breaker_trips_total"} == {"disrupted": 1.0}
     reset(fake)
-    for a in agents[3:6]:
+    assert "tripped" in agents[3].breaker_check(0, "claim"), "a waiting node trusts its last read for a while"
+    assert agents[3].breaker_check(0, "drain") == "", "a host-changing step reads it again: reset"
+    MONO.t += 1200 * 1.2  # the resync interval, jittered: a waiting node reads it again (from the watch cache)
+    for a in agents[4:6]:
         assert a.breaker_check(0, "claim") == "" and a.breaker_check(0, "drain") == "", "resumed after the reset"
+    cached = [r for r in fake.log(verbs=("list",)) if r.path.endswith(f"/{KS_NS}/configmaps")]
+    assert cached and all(r.query.get("resourceVersion") == "0" for r in cached), "claims read the watch cache"
     assert "tripped" in agents[6].breaker_check(0, "drain"), "and stops again after the count"
 
 
