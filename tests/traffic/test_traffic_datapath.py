@@ -78,9 +78,11 @@ def runs(samples: dict) -> float:  # type: ignore[type-arg]
     return metric(samples, "node_health_check_runs_total", check="traffic") or 0
 
 
-def bypass_finding(samples: dict) -> float | None:  # type: ignore[type-arg]
-    return metric(samples, "node_health_finding", check="traffic", reason="TrafficDatapathBypass", severity="warning",
-                  subject="datapath")
+def bypass_finding(samples: dict) -> float:  # type: ignore[type-arg]
+    """1 while the warning stands; a cleared warning is absent, not 0 (metrics.findings_at_zero = "critical")."""
+    value = metric(samples, "node_health_finding", check="traffic", reason="TrafficDatapathBypass",
+                   severity="warning", subject="datapath")
+    return 0.0 if value is None else value
 
 
 @pytest.fixture
