@@ -154,6 +154,10 @@ class _Server(ThreadingHTTPServer):
             self.shutdown_request(request)
             return
         request.settimeout(SOCKET_TIMEOUT)
+        try:  # as Go sets on every TCP connection: no Nagle delay between a TLS record and the next
+            request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        except OSError:
+            pass
         self.reaper.set(request.fileno(), self.limits.request, "handshake")
         thread = threading.Thread(target=self._connection, args=(request, client_address, key),
                                   name="metrics-http-conn", daemon=True)
