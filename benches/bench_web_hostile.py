@@ -162,7 +162,8 @@ def kinds(mode: str, n: int) -> list[str]:
 
 
 def attack(agent: Agent, args: argparse.Namespace) -> subprocess.Popen[str]:
-    cmd = [sys.executable, str(HOSTILE), "--port", str(agent.port), "--drip", str(args.drip)]
+    cmd = ["nice", "-n", str(args.attacker_nice)] if args.attacker_nice else []
+    cmd += [sys.executable, str(HOSTILE), "--port", str(agent.port), "--drip", str(args.drip)]
     if agent.mode != "http":
         cmd += ["--tls"]
     if agent.mode == "mtls":
@@ -209,6 +210,9 @@ def main() -> int:
     ap.add_argument("--drip", type=float, default=2.0)
     ap.add_argument("--warmup", type=float, default=6.0, help="seconds of attack before measuring (past the 5 s deadlines)")
     ap.add_argument("--modes", default="http,tls,mtls")
+    ap.add_argument("--attacker-nice", type=int, default=0,
+                    help="run the attackers at this nice level (they share this machine's CPUs, unlike pods "
+                         "under their own CPU limits or other hosts)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="nha-hostile-") as d:
@@ -218,7 +222,8 @@ def main() -> int:
     if args.json:
         print(json.dumps(results, indent=1))
         return 0
-    print(f"{args.connections} hostile connections from {args.addresses} addresses, {args.samples} samples a phase")
+    print(f"{args.connections} hostile connections from {args.addresses} addresses, {args.samples} samples a phase, "
+          f"attackers at nice {args.attacker_nice}, {os.cpu_count()} CPUs")
     print("| mode | phase | scrape median / p99 / max ms | failed | /healthz median / p99 / max ms | failed "
           "| agent CPU (cores) | load average |")
     print("|---|---|---|---|---|---|---|---|")

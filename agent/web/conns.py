@@ -142,9 +142,10 @@ class Reaper:
             self._due[fd] = (self._clock() + seconds, reason)
             self._cond.notify()
 
-    def forget(self, fd: int) -> None:
+    def forget(self, fd: int) -> bool:
+        """False if the deadline had passed already (and was counted)."""
         with self._cond:
-            self._due.pop(fd, None)
+            return self._due.pop(fd, None) is not None
 
     def stop(self) -> None:
         with self._cond:

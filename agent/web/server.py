@@ -189,8 +189,8 @@ class _Server(ThreadingHTTPServer):
                 conn.do_handshake()  # in this thread, under the handshake deadline
             except (ssl.SSLError, OSError, ValueError) as exc:
                 log.debug("TLS handshake with %s failed: %s", client_address[0], exc)
-                self.reaper.forget(fd)
-                self.counters.closed("tls")
+                if self.reaper.forget(fd):  # else the handshake deadline cut it, and was counted
+                    self.counters.closed("tls")
                 conn.close()
                 return
             if settings.tls.client_allowed_sans and not _san_allowed(conn, settings.tls.client_allowed_sans):

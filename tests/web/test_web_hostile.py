@@ -114,7 +114,7 @@ class Served:
         store = Store()
         store.tick()
         self.server = MetricsServer(MetricsSection(listen=f"127.0.0.1:{self.port}"), build_registry(store, CATALOG),
-                                    store, web=web, limits=limits)
+                                    store, web=web, limits=limits, stall_after=3600)
         self.server.start()
 
     def closed(self, reason: str) -> float:
@@ -321,16 +321,17 @@ def test_100_hostile_connections_every_scrape_and_every_healthz_succeeds(
         _ready(proc)
         wait_for(lambda: s.server._httpd.gate.held()[0] >= 75, timeout=30, what="the attackers holding connections")
         deadline = time.monotonic() + 6  # past the 5 s deadlines, so that attackers were also dropped and came back
-        results = []
+        results, held = [], []
         while time.monotonic() < deadline or len(results) < 20:
+            held.append(s.server._httpd.gate.held()[0])
             results.append((s.get("/metrics", tls=tls, cert=cert)[0], s.get("/healthz", source="127.0.0.1", tls=tls,
                                                                              cert=cert)[0]))
             time.sleep(0.1)
-        held = s.server._httpd.gate.held()
     finally:
         counts = _stop(proc)
-    assert all(r == (200, 200) for r in results), results
-    assert held[0] >= 75, f"the attack held {held} while the scrapes were answered"
+    assert all(r == (200, 200) for r in results), [r for r in results if r != (200, 200)]
+    # more than the 64 connections that locked every client out before (issue 25 item 2)
+    assert max(held) >= 75, f"the attack held {held} connections while the scrapes were answered"
     assert counts.get("slowloris_opened", 0) > kinds["slowloris"], f"slowloris were cut and re-opened: {counts}"
     if mode == "mtls":
         assert counts.get("nocert_dropped", 0) >= kinds["nocert"], counts
