@@ -23,7 +23,8 @@ METRICS: tuple[MetricSpec, ...] = (
         "node_health_http_connections_closed_total",
         "counter",
         "Connections the endpoint closed or refused, by reason: client_limit, total_limit, local_limit (refused "
-        "when accepted, before any handshake), handshake, request, write (past their deadline), idle (a kept-alive "
+        "when accepted, before any handshake), evicted (the oldest of the address holding the most, to make room "
+        "when the total is full), handshake, request, write (past their deadline), idle (a kept-alive "
         "connection idle too long), tls (a failed handshake).",
         ("reason",),
     ),

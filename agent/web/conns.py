@@ -10,7 +10,10 @@ on ``$binary_remote_addr`` under a total (``worker_connections``):
 - **per client**: at most `Limits.per_client` connections from one address;
   over it, a new connection is closed at once (nothing is read from it);
 - **total**: at most `Limits.total` from other hosts, enough that a handful
-  of addresses at their per-client limit cannot fill it;
+  of addresses at their per-client limit cannot fill it; when it is full, a
+  newcomer holding fewer connections than the biggest holder takes the
+  place of that holder's oldest connection (`Gate`), so many addresses
+  cannot keep a scraper out either;
 - **this host**: a connection from one of the host's own addresses to itself
   (the kubelet's probe of a hostNetwork pod connects from the node's address
   to the node's address; a process on the host to 127.0.0.1) has its own
@@ -76,60 +79,82 @@ def is_local(sock: socket.socket) -> bool:
 
 class Gate:
     """The connection budgets, counted at accept. `admit` answers the key the
-    connection holds (release it when the connection ends) or why it is refused."""
+    connection holds (release it with its id when the connection ends), or
+    why it is refused.
+
+    When the total is full, a newcomer holding fewer connections than the
+    client that holds the most takes the place of that client's oldest
+    connection, which the caller cuts: many addresses can fill the total,
+    but not keep a client with a fair share out (max-min fairness; the
+    newest connections, a scrape in flight among them, are the last cut)."""
 
     def __init__(self, limits: Limits) -> None:
         self.limits = limits
         self._lock = threading.Lock()
-        self._by_client: dict[str, int] = {}
+        self._by_client: dict[str, dict[int, None]] = {}  # client -> its connection ids, oldest first
         self._remote = 0
-        self._local = 0
+        self._local: set[int] = set()
 
-    def admit(self, client: str, local: bool) -> tuple[str | None, str]:
-        """(the key to release, "") or (None, the reason it is refused)."""
+    def admit(self, client: str, local: bool, conn: int) -> tuple[str | None, str, int | None]:
+        """(the key to release, "", the id of a connection to cut or None) or (None, the reason it is refused, None)."""
         with self._lock:
             if local:
-                if self._local >= self.limits.local:
-                    return None, "local_limit"
-                self._local += 1
-                return "\0local", ""
-            held = self._by_client.get(client, 0)
-            if held >= self.limits.per_client:
-                return None, "client_limit"
+                if len(self._local) >= self.limits.local:
+                    return None, "local_limit", None
+                self._local.add(conn)
+                return LOCAL, "", None
+            held = self._by_client.get(client, {})
+            if len(held) >= self.limits.per_client:
+                return None, "client_limit", None
+            victim = None
             if self._remote >= self.limits.total:
-                return None, "total_limit"
-            self._by_client[client] = held + 1
+                top = max(self._by_client, key=lambda c: len(self._by_client[c]), default=None)
+                if top is None or len(self._by_client[top]) <= len(held):
+                    return None, "total_limit", None
+                victim = next(iter(self._by_client[top]))
+                self._drop(top, victim)
+            self._by_client.setdefault(client, {})[conn] = None
             self._remote += 1
-            return client, ""
+            return client, "", victim
 
-    def release(self, key: str) -> None:
+    def release(self, key: str, conn: int) -> None:
         with self._lock:
-            if key == "\0local":
-                self._local -= 1
+            if key == LOCAL:
+                self._local.discard(conn)
                 return
-            self._remote -= 1
-            left = self._by_client.get(key, 0) - 1
-            if left > 0:
-                self._by_client[key] = left
-            else:
-                self._by_client.pop(key, None)
+            if conn in self._by_client.get(key, {}):
+                self._drop(key, conn)
+
+    def _drop(self, client: str, conn: int) -> None:
+        held = self._by_client[client]
+        del held[conn]
+        self._remote -= 1
+        if not held:
+            del self._by_client[client]
 
     def held(self) -> tuple[int, int, int]:
         """(remote connections, distinct remote clients, local connections)."""
         with self._lock:
-            return self._remote, len(self._by_client), self._local
+            return self._remote, len(self._by_client), len(self._local)
+
+
+LOCAL = "\0local"
 
 
 class Reaper:
     """Shuts down each registered connection once its deadline has passed.
 
-    Connections are registered by file descriptor; `forget` must be called
-    before the descriptor is closed. The shutdown happens under the same lock,
-    so a descriptor number that was closed and reused is never touched.
-    `on_expire(reason)` is told of each connection shut down."""
+    A connection is registered by its id and descriptor when accepted
+    (`bind`) and must be forgotten before its descriptor is closed
+    (`forget`, with its id, so a descriptor number closed and reused by a
+    newer connection is never touched on the old one's behalf). Shutdowns
+    happen under the same lock. `on_expire(reason)` is told of each
+    connection shut down."""
 
     def __init__(self, on_expire: Callable[[str], None], clock: Callable[[], float] = time.monotonic) -> None:
-        self._due: dict[int, tuple[float, str]] = {}
+        self._due: dict[int, tuple[float, str]] = {}  # descriptor -> (deadline, reason)
+        self._conn_of: dict[int, int] = {}  # descriptor -> connection id
+        self._fd_of: dict[int, int] = {}  # connection id -> descriptor
         self._cond = threading.Condition()
         self._on_expire = on_expire
         self._clock = clock
@@ -137,15 +162,37 @@ class Reaper:
         self._thread = threading.Thread(target=self._run, name="metrics-http-deadlines", daemon=True)
         self._thread.start()
 
-    def set(self, fd: int, seconds: float, reason: str) -> None:
+    def bind(self, conn: int, fd: int, seconds: float, reason: str) -> None:
         with self._cond:
+            self._conn_of[fd], self._fd_of[conn] = conn, fd
             self._due[fd] = (self._clock() + seconds, reason)
             self._cond.notify()
 
-    def forget(self, fd: int) -> bool:
-        """False if the deadline had passed already (and was counted)."""
+    def set(self, fd: int, seconds: float, reason: str) -> None:
+        """A new deadline for a bound connection (its next phase)."""
         with self._cond:
+            if fd not in self._conn_of:
+                return
+            self._due[fd] = (self._clock() + seconds, reason)
+            self._cond.notify()
+
+    def forget(self, fd: int, conn: int) -> bool:
+        """Before `fd` is closed. False if its deadline had passed already (and was counted)."""
+        with self._cond:
+            if self._conn_of.get(fd) != conn:
+                return False
+            del self._conn_of[fd]
+            self._fd_of.pop(conn, None)
             return self._due.pop(fd, None) is not None
+
+    def cut(self, conn: int, reason: str) -> None:
+        """Shut connection `conn` down now (if it is still open and has a deadline)."""
+        with self._cond:
+            fd = self._fd_of.get(conn)
+            if fd is None or self._due.pop(fd, None) is None:
+                return
+            _shutdown_fd(fd)
+        self._on_expire(reason)
 
     def stop(self) -> None:
         with self._cond:

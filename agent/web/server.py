@@ -25,6 +25,7 @@ import gzip
 import hashlib
 import http.client
 import ipaddress
+import itertools
 import logging
 import socket
 import ssl
@@ -140,6 +141,7 @@ class _Server(ThreadingHTTPServer):
         self.gate = Gate(limits)
         self.say = Throttled(log)
         self.reaper = Reaper(counters.closed)
+        self._ids = itertools.count()
         self.conns: set[socket.socket] = set()
         self.conns_lock = threading.Lock()
         super().__init__(addr, handler, bind_and_activate=False)
@@ -147,69 +149,73 @@ class _Server(ThreadingHTTPServer):
     def process_request(self, request: Any, client_address: Any) -> None:
         """In the accept loop: counted before anything is read, the handshake included."""
         client = client_key(str(client_address[0]))
-        key, why = self.gate.admit(client, is_local(request))
+        conn = next(self._ids)
+        key, why, victim = self.gate.admit(client, is_local(request), conn)
         if key is None:
             self.counters.closed(why)
             self.say(why, logging.WARNING, "refusing connections from %s: %s", client, _REFUSED[why])
             self.shutdown_request(request)
             return
+        if victim is not None:
+            self.reaper.cut(victim, "evicted")
+            self.say("evicted", logging.WARNING, "connections from other hosts at their limit of %d: "
+                     "closing the oldest of the address that holds the most", self.limits.total)
         request.settimeout(SOCKET_TIMEOUT)
         try:  # as Go sets on every TCP connection: no Nagle delay between a TLS record and the next
             request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         except OSError:
             pass
-        self.reaper.set(request.fileno(), self.limits.request, "handshake")
-        thread = threading.Thread(target=self._connection, args=(request, client_address, key),
+        fd = request.fileno()
+        self.reaper.bind(conn, fd, self.limits.request, "handshake")
+        thread = threading.Thread(target=self._connection, args=(request, client_address, key, conn, fd),
                                   name="metrics-http-conn", daemon=True)
         try:
             thread.start()
         except RuntimeError:  # no thread to be had: refuse this one
-            self.reaper.forget(request.fileno())
-            self.gate.release(key)
+            self.reaper.forget(fd, conn)
+            self.gate.release(key, conn)
             self.counters.closed("total_limit")
             self.shutdown_request(request)
 
-    def _connection(self, request: socket.socket, client_address: Any, key: str) -> None:
-        fd = request.fileno()
+    def _connection(self, request: socket.socket, client_address: Any, key: str, conn: int, fd: int) -> None:
         try:
-            self.finish_request(request, client_address)
+            self._serve(request, client_address, conn, fd)
         except Exception:  # noqa: BLE001 - one connection's failure is logged, never raised
             self.handle_error(request, client_address)
         finally:
-            self.reaper.forget(fd)  # before the descriptor is closed
+            self.reaper.forget(fd, conn)  # before the descriptor is closed
+            self.gate.release(key, conn)
             self.shutdown_request(request)
-            self.gate.release(key)
 
-    def finish_request(self, request: Any, client_address: Any) -> None:
-        fd = request.fileno()
+    def _serve(self, request: socket.socket, client_address: Any, conn: int, fd: int) -> None:
         settings, ctx = self.serving.current()
         if ctx is not None:
-            conn = ctx.wrap_socket(request, server_side=True, do_handshake_on_connect=False)
+            tls = ctx.wrap_socket(request, server_side=True, do_handshake_on_connect=False)
             try:
-                conn.do_handshake()  # in this thread, under the handshake deadline
+                tls.do_handshake()  # in this thread, under the handshake deadline
             except (ssl.SSLError, OSError, ValueError) as exc:
                 log.debug("TLS handshake with %s failed: %s", client_address[0], exc)
-                if self.reaper.forget(fd):  # else the handshake deadline cut it, and was counted
+                if self.reaper.forget(fd, conn):  # else the handshake deadline cut it, and was counted
                     self.counters.closed("tls")
-                conn.close()
+                tls.close()
                 return
-            if settings.tls.client_allowed_sans and not _san_allowed(conn, settings.tls.client_allowed_sans):
+            if settings.tls.client_allowed_sans and not _san_allowed(tls, settings.tls.client_allowed_sans):
                 log.debug("client certificate of %s has none of the allowed SANs", client_address[0])
-                self.reaper.forget(fd)
+                self.reaper.forget(fd, conn)
                 self.counters.closed("tls")
-                conn.close()
+                tls.close()
                 return
-            request = conn
+            request = tls
         self.reaper.set(fd, self.limits.request, "request")  # the first request, from now to its last byte
         with self.conns_lock:
             self.conns.add(request)
         try:
-            super().finish_request(request, client_address)
+            self.finish_request(request, client_address)
         finally:
             with self.conns_lock:
                 self.conns.discard(request)
             if ctx is not None:
-                self.reaper.forget(fd)  # before the descriptor is closed
+                self.reaper.forget(fd, conn)  # before the descriptor is closed
                 request.close()
 
     def handle_error(self, request: Any, client_address: Any) -> None:

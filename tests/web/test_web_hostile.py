@@ -43,18 +43,30 @@ SCRAPER = "127.0.0.250"
 
 def test_gate_counts_per_client_under_a_total_and_keeps_this_hosts_own_budget() -> None:
     gate = Gate(Limits(per_client=2, total=3, local=1))
-    a1, a2 = gate.admit("10.0.0.1", False)[0], gate.admit("10.0.0.1", False)[0]
-    assert a1 == a2 == "10.0.0.1"
-    assert gate.admit("10.0.0.1", False) == (None, "client_limit")
-    assert gate.admit("10.0.0.2", False)[0] == "10.0.0.2"
-    assert gate.admit("10.0.0.3", False) == (None, "total_limit")
-    local = gate.admit("10.0.0.9", True)[0]
+    assert gate.admit("10.0.0.1", False, 1) == ("10.0.0.1", "", None)
+    assert gate.admit("10.0.0.1", False, 2) == ("10.0.0.1", "", None)
+    assert gate.admit("10.0.0.1", False, 3) == (None, "client_limit", None)
+    assert gate.admit("10.0.0.2", False, 4) == ("10.0.0.2", "", None)
+    assert gate.held() == (3, 2, 0)
+    local = gate.admit("10.0.0.9", True, 5)[0]
     assert local is not None, "the host's own budget is not taken by the others"
-    assert gate.admit("10.0.0.9", True) == (None, "local_limit")
-    gate.release("10.0.0.1")
-    assert gate.admit("10.0.0.3", False)[0] == "10.0.0.3"
-    gate.release(local)
-    assert gate.held() == (3, 3, 0)
+    assert gate.admit("10.0.0.9", True, 6) == (None, "local_limit", None)
+    gate.release(local, 5)
+    assert gate.held() == (3, 2, 0)
+
+
+def test_a_full_total_makes_room_for_a_newcomer_from_the_biggest_holders_oldest() -> None:
+    gate = Gate(Limits(per_client=3, total=4))
+    for conn, client in enumerate(["a", "a", "a", "b"]):
+        gate.admit(client, False, conn)
+    assert gate.admit("c", False, 10) == ("c", "", 0), "a's oldest makes room: a holds 3, c none"
+    assert gate.admit("b", False, 11) == ("b", "", 1), "b holds 1, a 2: a's next oldest"
+    assert gate.admit("d", False, 12) == ("d", "", 3), "b holds 2 now, the most: its oldest"
+    assert gate.admit("a", False, 13) == (None, "total_limit", None), "everyone holds one: a would hold two"
+    gate.release("a", 0)  # a cut connection ends later: already counted out
+    assert gate.held() == (4, 4, 0)
+    gate.release("a", 2)
+    assert gate.admit("a", False, 14) == ("a", "", None)
 
 
 def test_client_key_counts_an_ipv4_mapped_address_as_ipv4() -> None:
@@ -81,24 +93,29 @@ def test_the_reaper_shuts_a_connection_down_at_its_deadline_and_says_why() -> No
     expired: list[str] = []
     reaper = Reaper(expired.append)
     a, b = socket.socketpair()
+    c, d = socket.socketpair()
     try:
         a.settimeout(10)
-        reaper.set(a.fileno(), 0.05, "request")
+        reaper.bind(1, a.fileno(), 0.05, "request")
         assert a.recv(1) == b"", "a blocked read ends when the deadline passes"
         wait_for(lambda: expired == ["request"], timeout=5, what="the expiry counted")
-        c, d = socket.socketpair()
-        reaper.set(c.fileno(), 0.05, "idle")
-        reaper.forget(c.fileno())
+        assert not reaper.forget(a.fileno(), 1), "already expired"
+        reaper.bind(2, c.fileno(), 0.05, "idle")
+        assert not reaper.forget(c.fileno(), 99), "another connection's id: left registered"
+        assert reaper.forget(c.fileno(), 2)
+        reaper.set(c.fileno(), 0.01, "idle")  # forgotten: no new deadline
         c.settimeout(0.3)
         with pytest.raises(TimeoutError):
-            c.recv(1)  # forgotten: left alone
+            c.recv(1)  # left alone
         assert expired == ["request"] and reaper.pending() == 0
-        c.close()
-        d.close()
+        reaper.bind(3, c.fileno(), 3600, "idle")
+        reaper.cut(3, "evicted")
+        c.settimeout(10)
+        assert c.recv(1) == b"" and expired == ["request", "evicted"]
     finally:
         reaper.stop()
-        a.close()
-        b.close()
+        for x in (a, b, c, d):
+            x.close()
 
 
 # ---------------------------------------------------------------- a real server
@@ -239,14 +256,38 @@ def test_one_address_over_its_limit_is_refused_before_anything_is_read_others_ar
 
 
 def test_a_full_total_leaves_the_hosts_own_probe_its_budget(served: Callable[..., Served]) -> None:
-    s = served(limits=Limits(per_client=2, total=4))
+    s = served(limits=Limits(per_client=3, total=4))
     held = [s.raw(f"127.0.0.{2 + i // 2}") for i in range(4)]
     try:
         wait_for(lambda: s.server._httpd.gate.held()[0] == 4, timeout=5, what="the total held")
-        with pytest.raises((ConnectionError, http.client.HTTPException)):
-            s.get("/healthz", source="127.0.0.9")
-        assert s.closed("total_limit") >= 1
+        with pytest.raises((ConnectionError, http.client.HTTPException)):  # holds as many as the biggest holder
+            s.get("/healthz", source="127.0.0.2")
+        assert s.closed("total_limit") == 1
         assert s.get("/healthz", source="127.0.0.1")[0] == 200, "the host's own connection is served"
+        assert s.server._httpd.gate.held()[0] == 4 and s.closed("evicted") == 0, "and took no one's place"
+    finally:
+        for h in held:
+            h.close()
+
+
+def test_many_addresses_filling_the_total_cannot_keep_a_scraper_out(served: Callable[..., Served]) -> None:
+    s = served(limits=Limits(per_client=4, total=8))
+    held = [s.raw(f"127.0.0.{2 + i // 4}") for i in range(8)]
+    try:
+        wait_for(lambda: s.server._httpd.gate.held()[0] == 8, timeout=5, what="the total held")
+        assert [s.get("/metrics")[0] for _ in range(3)] == [200] * 3
+        evicted = s.closed("evicted")
+        assert evicted >= 1  # a scrape admitted in a place the previous one left needs none
+        cut = 0
+        for h in held:
+            h.settimeout(0)
+            try:
+                cut += h.recv(1) == b""
+            except BlockingIOError:
+                pass
+            except ConnectionError:
+                cut += 1
+        assert cut == evicted, "each eviction cut one held connection"
     finally:
         for h in held:
             h.close()
