@@ -82,11 +82,13 @@ class Gate:
     connection holds (release it with its id when the connection ends), or
     why it is refused.
 
-    When the total is full, a newcomer holding fewer connections than the
-    client that holds the most takes the place of that client's oldest
-    connection, which the caller cuts: many addresses can fill the total,
-    but not keep a client with a fair share out (max-min fairness; the
-    newest connections, a scrape in flight among them, are the last cut)."""
+    When the total is full, a newcomer that would still hold fewer
+    connections than the client that holds the most takes the place of that
+    client's oldest connection, which the caller cuts: many addresses can
+    fill the total, but not keep a client with a fair share out (max-min
+    fairness; the newest connections, a scrape in flight among them, are the
+    last cut). Addresses holding nearly as many as the biggest are refused,
+    not swapped, so attackers cannot make the endpoint churn among themselves."""
 
     def __init__(self, limits: Limits) -> None:
         self.limits = limits
@@ -109,7 +111,7 @@ class Gate:
             victim = None
             if self._remote >= self.limits.total:
                 top = max(self._by_client, key=lambda c: len(self._by_client[c]), default=None)
-                if top is None or len(self._by_client[top]) <= len(held):
+                if top is None or len(held) + 1 >= len(self._by_client[top]):  # no fairer after: no churn
                     return None, "total_limit", None
                 victim = next(iter(self._by_client[top]))
                 self._drop(top, victim)

@@ -59,14 +59,14 @@ def test_a_full_total_makes_room_for_a_newcomer_from_the_biggest_holders_oldest(
     gate = Gate(Limits(per_client=3, total=4))
     for conn, client in enumerate(["a", "a", "a", "b"]):
         gate.admit(client, False, conn)
-    assert gate.admit("c", False, 10) == ("c", "", 0), "a's oldest makes room: a holds 3, c none"
-    assert gate.admit("b", False, 11) == ("b", "", 1), "b holds 1, a 2: a's next oldest"
-    assert gate.admit("d", False, 12) == ("d", "", 3), "b holds 2 now, the most: its oldest"
-    assert gate.admit("a", False, 13) == (None, "total_limit", None), "everyone holds one: a would hold two"
+    assert gate.admit("c", False, 10) == ("c", "", 0), "a's oldest makes room: a holds 3, c would hold 1"
+    assert gate.admit("b", False, 11) == (None, "total_limit", None), "b would hold 2 as a does: no swap"
+    assert gate.admit("d", False, 12) == ("d", "", 1), "a holds 2, d would hold 1: a's next oldest"
+    assert gate.admit("e", False, 13) == (None, "total_limit", None), "everyone holds one"
     gate.release("a", 0)  # a cut connection ends later: already counted out
     assert gate.held() == (4, 4, 0)
     gate.release("a", 2)
-    assert gate.admit("a", False, 14) == ("a", "", None)
+    assert gate.admit("e", False, 14) == ("e", "", None)
 
 
 def test_client_key_counts_an_ipv4_mapped_address_as_ipv4() -> None:
