@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import queue
 import socket
 import threading
 import time
@@ -240,6 +241,45 @@ def _shutdown_fd(fd: int) -> None:
         pass
     finally:
         s.detach()
+
+
+class Workers:
+    """Threads kept for the next connection: the accept loop hands a new
+    connection to an idle thread instead of starting one and waiting for it
+    to be scheduled, which under load is what keeps the next connection
+    waiting in the listen queue. A thread idle for `linger` seconds ends."""
+
+    def __init__(self, target: Callable[..., None], name: str, linger: float = 60.0) -> None:
+        self._target = target
+        self._name = name
+        self._linger = linger
+        self._queue: queue.SimpleQueue[tuple[object, ...]] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._idle = 0
+
+    def submit(self, *args: object) -> None:
+        """Raises RuntimeError when no thread can be started."""
+        with self._lock:
+            if self._idle > 0:
+                self._idle -= 1
+                self._queue.put(args)
+                return
+        threading.Thread(target=self._run, args=(args,), name=self._name, daemon=True).start()
+
+    def _run(self, args: tuple[object, ...]) -> None:
+        while True:
+            self._target(*args)
+            with self._lock:
+                self._idle += 1
+            while True:
+                try:
+                    args = self._queue.get(timeout=self._linger)
+                    break
+                except queue.Empty:
+                    with self._lock:
+                        if self._queue.empty():  # nothing handed over meanwhile: end
+                            self._idle -= 1
+                            return
 
 
 class Throttled:

@@ -39,7 +39,7 @@ from ..findings import Sample
 from ..metrics import Registry, encode
 from ..settings import MetricsSection
 from ..store import Store
-from .conns import Gate, Limits, Reaper, Throttled, client_key, is_local
+from .conns import Gate, Limits, Reaper, Throttled, Workers, client_key, is_local
 from .listen import bind_error, resolve_listen
 from .settings import WebSettings
 from .tls import Serving, resolve
@@ -142,6 +142,7 @@ class _Server(ThreadingHTTPServer):
         self.say = Throttled(log)
         self.reaper = Reaper(counters.closed)
         self._ids = itertools.count()
+        self.workers = Workers(self._connection, "metrics-http-conn")
         self.conns: set[socket.socket] = set()
         self.conns_lock = threading.Lock()
         super().__init__(addr, handler, bind_and_activate=False)
@@ -167,10 +168,8 @@ class _Server(ThreadingHTTPServer):
             pass
         fd = request.fileno()
         self.reaper.bind(conn, fd, self.limits.request, "handshake")
-        thread = threading.Thread(target=self._connection, args=(request, client_address, key, conn, fd),
-                                  name="metrics-http-conn", daemon=True)
         try:
-            thread.start()
+            self.workers.submit(request, client_address, key, conn, fd)
         except RuntimeError:  # no thread to be had: refuse this one
             self.reaper.forget(fd, conn)
             self.gate.release(key, conn)

@@ -18,6 +18,7 @@ import socket
 import ssl
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -30,7 +31,7 @@ from agent.config import MetricsSection
 from agent.metrics import build_registry
 from agent.registry import CATALOG
 from agent.store import Store
-from agent.web.conns import Gate, Limits, Reaper, client_key, is_local
+from agent.web.conns import Gate, Limits, Reaper, Workers, client_key, is_local
 from agent.web.server import MetricsServer
 from agent.web.tls import load_file
 
@@ -116,6 +117,27 @@ def test_the_reaper_shuts_a_connection_down_at_its_deadline_and_says_why() -> No
         reaper.stop()
         for x in (a, b, c, d):
             x.close()
+
+
+def test_workers_reuse_an_idle_thread_and_end_after_lingering() -> None:
+    ran: list[tuple[int, int]] = []
+    done = threading.Semaphore(0)
+
+    def work(n: int) -> None:
+        ran.append((n, threading.get_ident()))
+        done.release()
+
+    workers = Workers(work, "test-worker", linger=0.3)
+    workers.submit(1)
+    assert done.acquire(timeout=10)
+    wait_for(lambda: workers._idle == 1, timeout=5, what="the thread idle")
+    workers.submit(2)
+    assert done.acquire(timeout=10)
+    assert ran[0][1] == ran[1][1], "the idle thread took the second"
+    wait_for(lambda: workers._idle == 0, timeout=10, what="the idle thread ending")
+    assert not any(t.ident == ran[0][1] for t in threading.enumerate() if t.is_alive())
+    workers.submit(3)
+    assert done.acquire(timeout=10) and [n for n, _ in ran] == [1, 2, 3]
 
 
 # ---------------------------------------------------------------- a real server
