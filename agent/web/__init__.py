@@ -20,6 +20,15 @@ METRICS: tuple[MetricSpec, ...] = (
         ("handler", "code"),
     ),
     MetricSpec(
+        "node_health_http_connections_closed_total",
+        "counter",
+        "Connections the endpoint closed or refused, by reason: client_limit, total_limit, local_limit (refused "
+        "when accepted, before any handshake), evicted (the oldest of the address holding the most, to make room "
+        "when the total is full), handshake, request, write (past their deadline), idle (a kept-alive "
+        "connection idle too long), tls (a failed handshake).",
+        ("reason",),
+    ),
+    MetricSpec(
         "node_health_web_config_reloads_total",
         "counter",
         "Reloads of the web config file or its certificate files after they changed on disk, by result "
