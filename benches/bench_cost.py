@@ -37,10 +37,13 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
 
-def proc_cpu(pid: int) -> float:
+def proc_cpu(pid: int, children: bool = False) -> float:
+    """utime + stime (fields 14, 15); `children`: of the children it waited for (cutime + cstime, 16, 17:
+    the traffic check's iptables-nft-save, for one)."""
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+    i = 13 if children else 11
+    return (int(fields[i]) + int(fields[i + 1])) / CLK_TCK
 
 
 def proc_rss_kb(pid: int) -> int:
@@ -128,6 +131,7 @@ def one_run(configs: dict[str, str | None], exporter: str | None, seconds: float
             procs[name] = stack.enter_context(running_agent(cfg, timeout=180))
         time.sleep(warmup)
         cpu0 = {n: proc_cpu(p.pid) for n, p in procs.items()}
+        kids0 = {n: proc_cpu(p.pid, children=True) for n, p in procs.items()}
         th0 = threads(procs["defaults"].pid) if with_threads else {}
         wall0 = time.monotonic()
         scrapes = 0
@@ -142,7 +146,8 @@ def one_run(configs: dict[str, str | None], exporter: str | None, seconds: float
         wall = time.monotonic() - wall0
         out: dict[str, Any] = {"window_s": wall, "scrapes": scrapes, "procs": {}}
         for n, p in procs.items():
-            out["procs"][n] = {"cpu_s": proc_cpu(p.pid) - cpu0[n], "rss_kB": proc_rss_kb(p.pid)}
+            out["procs"][n] = {"cpu_s": proc_cpu(p.pid) - cpu0[n], "children_cpu_s": proc_cpu(p.pid, True) - kids0[n],
+                               "rss_kB": proc_rss_kb(p.pid)}
         if with_threads:
             th1 = threads(procs["defaults"].pid)
             out["threads"] = [
@@ -182,8 +187,9 @@ def main() -> int:
         return 0
     names = list(runs[0]["procs"])
     print(f"{len(runs)} run(s) of {runs[0]['window_s']:.0f} s, {runs[0]['scrapes']} scrapes each, processes side by side")
-    print("| process | CPU s per run | % of a core (mean) | × node_exporter (per run) | VmRSS MB | feature's cost: CPU % / RSS MB |")
-    print("|---|---|---|---|---|---|")
+    print("| process | CPU s per run | % of a core (mean) | × node_exporter (per run) | children's CPU s | VmRSS MB "
+          "| feature's cost: CPU % / RSS MB |")
+    print("|---|---|---|---|---|---|---|")
     base = {"cpu": [r["procs"]["defaults"]["cpu_s"] / r["window_s"] for r in runs],
             "rss": sum(r["procs"]["defaults"]["rss_kB"] for r in runs) / len(runs) / 1024}
     for n in names:
@@ -199,7 +205,8 @@ def main() -> int:
         elif n.startswith("defaults +"):
             d_cpu = (sum(c / r["window_s"] for c, r in zip(cpu, runs, strict=True)) - sum(base["cpu"])) / len(runs) * 100
             cost = f"{d_cpu:+.3f} / {rss - base['rss']:+.1f} (added)"
-        print(f"| {n} | {' '.join(f'{c:.2f}' for c in cpu)} | {share:.3f} | {ratio} | {rss:.1f} | {cost} |")
+        kids = " ".join(f"{r['procs'][n].get('children_cpu_s', 0):.2f}" for r in runs)
+        print(f"| {n} | {' '.join(f'{c:.2f}' for c in cpu)} | {share:.3f} | {ratio} | {kids} | {rss:.1f} | {cost} |")
     if args.threads:
         print("\n| thread (defaults) | wake-ups/s per run | CPU s per run |\n|---|---|---|")
         rows: dict[str, list[tuple[float, float]]] = {}

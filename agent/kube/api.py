@@ -180,10 +180,10 @@ class Endpoint:
         )
         resp = self.client.call_api(*request, _request_timeout=_request_timeout)
         if not 200 <= resp.status <= 299:
-            from .connect import load_module
+            from kubernetes.client.exceptions import ApiException
 
             resp.read()
-            raise load_module("kubernetes.client.exceptions").ApiException.from_response(http_resp=resp, body=None, data=None)
+            raise ApiException.from_response(http_resp=resp, body=None, data=None)
         return resp.response
 
 
@@ -270,10 +270,8 @@ class KubeApi:
         self, verb: str, resource: str, fn: Callable[..., Any], args: Any, kwargs: Any, block: Callable[[float], bool] | None,
     ) -> Any:
         import urllib3
+        from kubernetes.client.exceptions import ApiException
 
-        from .connect import load_module
-
-        ApiException = load_module("kubernetes.client.exceptions").ApiException
         self._admit(block)
         kwargs.setdefault("_request_timeout", self.timeout)
         try:
@@ -424,9 +422,8 @@ class KubeApi:
         self, resource: str, fn: Callable[..., Any], args: tuple[Any, ...], selector: str, rv: str, timeout: int,
         block: Callable[[float], bool], on_open: Callable[[Any], None],
     ) -> Iterator[dict[str, Any]]:
-        from .connect import load_module
+        from kubernetes.watch.watch import iter_resp_lines
 
-        iter_resp_lines = load_module("kubernetes.watch.watch").iter_resp_lines
         resp = self._send(
             "watch", resource, fn, args,
             {
@@ -438,7 +435,7 @@ class KubeApi:
         )
         on_open(resp)
         try:
-            for line in iter_resp_lines(resp):
+            for line in iter_resp_lines(resp):  # type: ignore[no-untyped-call]
                 if line.strip():
                     yield json.loads(line)
         finally:

@@ -10,10 +10,10 @@ a minute (kubernetes-client ``incluster_config.py``, since 12.0.0); the
 kubelet rotates it at 80 % of its lifetime, and `reauth` re-reads it at once
 after a 401.
 
-Memory: the client is loaded lean (`load_module`). ``import kubernetes`` runs a
+Memory: the client is loaded lean (`lean`). ``import kubernetes`` runs a
 package ``__init__`` that imports every part of the library (dynamic,
 stream, informer, leaderelection, utils), and ``kubernetes.config`` imports
-the kubeconfig loader (oauthlib, requests) even in-cluster. `load_module` imports
+the kubeconfig loader (oauthlib, requests) even in-cluster. the agent imports
 only the submodules the agent uses; the packages stay usable by anyone else
 in the process (the first other attribute read runs their own ``__init__``).
 What each part costs: benches/README.md, "RSS of agent run".
@@ -21,7 +21,6 @@ What each part costs: benches/README.md, "RSS of agent run".
 
 from __future__ import annotations
 
-import importlib
 import importlib.util
 import logging
 import os
@@ -29,7 +28,6 @@ import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from types import ModuleType
 from typing import Any
 
 from .. import __version__
@@ -68,16 +66,14 @@ def find_cluster(flag: str | None, configured: str, environ: Mapping[str, str] =
 LEAN_PACKAGES = ("kubernetes", "kubernetes.config", "kubernetes.utils")
 
 
-def load_module(name: str) -> ModuleType:
-    """The ``kubernetes`` submodule `name`, importing no more of the library than it needs.
-
-    A package of `LEAN_PACKAGES` not yet imported is registered without running its ``__init__``;
-    its first attribute read that is not a loaded submodule runs the real ``__init__`` (then the
-    package is exactly what ``import`` gives). Already imported (the tests, another user): as is."""
-    if "kubernetes" not in sys.modules:  # first use: each package lean (parents first), before any import
+def lean() -> None:
+    """Before the first import of ``kubernetes``: its packages of `LEAN_PACKAGES` are registered without
+    running their ``__init__``, so that importing a submodule loads that submodule and what it imports,
+    no more. A package's first attribute read that is not a loaded submodule runs its real ``__init__``
+    (then it is exactly what ``import`` gives). Already imported (the tests, another user): as is."""
+    if "kubernetes" not in sys.modules:  # parents first
         for pkg in LEAN_PACKAGES:
             _register_lean(pkg)
-    return importlib.import_module(name)
 
 
 def _register_lean(name: str) -> None:
@@ -101,10 +97,11 @@ def _register_lean(name: str) -> None:
 
 def build_client(source: ClusterSource) -> tuple[Any, Callable[[], None]]:
     """The ApiClient (urllib3 retries off) and a function that re-reads the credentials."""
-    load_module("kubernetes.client.configuration")
-    api_client = load_module("kubernetes.client.api_client")
+    lean()
+    from kubernetes.client.api_client import ApiClient
+    from kubernetes.client.configuration import Configuration
 
-    cfg = api_client.Configuration()
+    cfg = Configuration()
     load = _loader(source, cfg)
     try:
         load()
@@ -114,7 +111,7 @@ def build_client(source: ClusterSource) -> tuple[Any, Callable[[], None]]:
         raise ConfigError(source.path or key, None, f"cannot load the cluster credentials: {text}") from None
     # One retry policy, the agent's (see api.py): urllib3 must not retry on its own.
     cfg.retries = False
-    api = api_client.ApiClient(cfg)
+    api = ApiClient(cfg)
     api.user_agent = f"node-health-agent/{__version__}"
     last = [float("-inf")]
 
@@ -134,12 +131,14 @@ def build_client(source: ClusterSource) -> tuple[Any, Callable[[], None]]:
 
 def _loader(source: ClusterSource, cfg: Any) -> Callable[[], None]:
     if source.kind == "kubeconfig":
-        kube_config = load_module("kubernetes.config.kube_config")
-        return lambda: kube_config.load_kube_config(
+        from kubernetes.config.kube_config import load_kube_config
+
+        return lambda: load_kube_config(  # type: ignore[no-untyped-call]
             config_file=source.path, client_configuration=cfg, persist_config=False
         )
-    incluster = load_module("kubernetes.config.incluster_config")
-    loader = incluster.InClusterConfigLoader(
+    from kubernetes.config.incluster_config import InClusterConfigLoader
+
+    loader = InClusterConfigLoader(  # type: ignore[no-untyped-call]
         token_filename=source.token_file, cert_filename=source.ca_file
     )
-    return lambda: loader.load_and_set(cfg)
+    return lambda: loader.load_and_set(cfg)  # type: ignore[no-untyped-call]

@@ -74,8 +74,9 @@ def test_building_the_client_loads_no_api_classes_models_or_unused_parts(kind: s
 
 def test_a_lean_package_is_the_whole_package_to_anyone_who_asks_for_more() -> None:
     got = fresh(LOADED + """
-    from agent.kube.connect import load_module
-    load_module("kubernetes.config.incluster_config")
+    from agent.kube.connect import lean
+    lean()
+    import kubernetes.config.incluster_config
     before = loaded()
     import kubernetes
     out = {"before": before, "version": kubernetes.__version__,
