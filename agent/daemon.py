@@ -56,6 +56,7 @@ if TYPE_CHECKING:
     from .remediation.runner import Runner
 
 SWITCH_INTERVAL = 0.001  # seconds; see Agent.run
+LOOP_IDLE_WAKE = 5.0  # seconds: the longest the main loop sleeps with nothing due (issue 29; was 1 s)
 
 log = logging.getLogger(__name__)
 
@@ -146,7 +147,10 @@ class Daemon:
         self.watcher.start()
         self.notifier.ready(summary(self.store.snapshot()))
         try:
-            self.scheduler.run(self.stop, on_tick=self.notifier.watchdog)
+            # The loop wakes for a due check, a call_soon (results, signals, reloads) or at the latest this
+            # often: the systemd watchdog's ping, and /healthz's last tick (stalled after 30 s) (issue 29).
+            idle = min(LOOP_IDLE_WAKE, self.notifier.watchdog_interval or LOOP_IDLE_WAKE)
+            self.scheduler.run(self.stop, on_tick=self.notifier.watchdog, max_sleep=idle)
         finally:
             self.watcher.stop()
             self.notifier.stopping()

@@ -1,8 +1,10 @@
 """Every request the agent makes to the API server, through one door.
 
-`KubeApi.call` passes the `Gate` (token bucket + backoff), calls the real
-``kubernetes`` client with ``_preload_content=False`` (raw JSON: no pydantic
-models to build, and every status code is seen here), counts the request by
+`KubeApi.call` passes the `Gate` (token bucket + backoff), sends the request
+through the real ``kubernetes`` client's `ApiClient` (its auth, TLS and REST
+layer; `Endpoint`: not the generated API classes, which with their models
+cost ~21 MB of RSS) as raw JSON (no pydantic models to build, and every
+status code is seen here), counts the request by
 verb, resource and code, and turns failures into `ApiError`. urllib3's own
 retries are switched off where the client is built (`connect.py`): with its
 default ``Retry(3)`` it would silently repeat a GET/PUT/DELETE that got a 429
@@ -142,6 +144,89 @@ def _error_from(exc: Any) -> ApiError:
     return ApiError(status, message, reason=reason, retry_after=_retry_after(exc.headers, body), body=body)
 
 
+class Endpoint:
+    """One operation of the API, sent through the client's own `ApiClient` (auth, TLS, proxy, headers)
+    without its generated API classes: ``kubernetes.client.CoreV1Api`` alone costs ~21 MB of RSS at
+    import (its module and the pydantic models it imports; benches/README.md). Called like the
+    generated method: the path parameters positionally (name, then namespace), then the body
+    (positionally or ``body=``), query parameters by their snake_case names, ``_content_type``,
+    ``_request_timeout``. The answer is the raw urllib3 response; a status outside 2xx raises
+    ``ApiException`` as the generated methods do with ``_preload_content=False``."""
+
+    __slots__ = ("client", "method", "path", "params")
+
+    def __init__(self, api_client: Any, method: str, path: str) -> None:
+        self.client, self.method, self.path = api_client, method, path
+        self.params = [p for p in ("name", "namespace") if "{" + p + "}" in path]  # the generated order
+
+    def __call__(
+        self, *args: Any, body: Any = None, _content_type: str | None = None, _request_timeout: Any = None,
+        _preload_content: bool = False, **query: Any,
+    ) -> Any:
+        if _preload_content:
+            raise ValueError("Endpoint answers raw responses only")
+        n = len(self.params)
+        if len(args) > n + 1 or len(args) < n:
+            raise TypeError(f"{self.method} {self.path}: {len(args)} positional arguments")
+        if len(args) == n + 1:
+            body = args[n]
+        headers = {"Accept": "application/json"}
+        if body is not None:
+            headers["Content-Type"] = _content_type or "application/json"
+        request = self.client.param_serialize(
+            method=self.method, resource_path=self.path, path_params=dict(zip(self.params, args, strict=False)),
+            query_params=[(_camel(k), v) for k, v in query.items() if v is not None], header_params=headers,
+            body=body, auth_settings=["BearerToken"],
+        )
+        resp = self.client.call_api(*request, _request_timeout=_request_timeout)
+        if not 200 <= resp.status <= 299:
+            from kubernetes.client.exceptions import ApiException
+
+            resp.read()
+            raise ApiException.from_response(http_resp=resp, body=None, data=None)
+        return resp.response
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(w.capitalize() for w in rest)
+
+
+class _Group:
+    """The operations of one API group the agent uses, named as the generated class names them."""
+
+    def __init__(self, api_client: Any, ops: dict[str, tuple[str, str]]) -> None:
+        for name, (method, path) in ops.items():
+            setattr(self, name, Endpoint(api_client, method, path))
+
+    def __getattr__(self, name: str) -> Any:  # only for mypy: every operation is set in __init__
+        raise AttributeError(name)
+
+
+CORE_OPS = {
+    "list_node": ("GET", "/api/v1/nodes"),
+    "read_node": ("GET", "/api/v1/nodes/{name}"),
+    "patch_node": ("PATCH", "/api/v1/nodes/{name}"),
+    "patch_node_status": ("PATCH", "/api/v1/nodes/{name}/status"),
+    "list_pod_for_all_namespaces": ("GET", "/api/v1/pods"),
+    "create_namespaced_pod_eviction": ("POST", "/api/v1/namespaces/{namespace}/pods/{name}/eviction"),
+    "delete_namespaced_pod": ("DELETE", "/api/v1/namespaces/{namespace}/pods/{name}"),
+    "read_namespaced_resource_quota": ("GET", "/api/v1/namespaces/{namespace}/resourcequotas/{name}"),
+    "list_namespaced_config_map": ("GET", "/api/v1/namespaces/{namespace}/configmaps"),
+}
+COORDINATION_OPS = {
+    "create_namespaced_lease": ("POST", "/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"),
+    "read_namespaced_lease": ("GET", "/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{name}"),
+    "delete_namespaced_lease": ("DELETE", "/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{name}"),
+    "list_namespaced_lease": ("GET", "/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"),
+    "patch_namespaced_lease": ("PATCH", "/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{name}"),
+}
+EVENTS_OPS = {
+    "create_namespaced_event": ("POST", "/apis/events.k8s.io/v1/namespaces/{namespace}/events"),
+    "patch_namespaced_event": ("PATCH", "/apis/events.k8s.io/v1/namespaces/{namespace}/events/{name}"),
+}
+
+
 class KubeApi:
     def __init__(
         self,
@@ -153,12 +238,10 @@ class KubeApi:
         timeout: float,
         reauth: Callable[[], None] | None = None,
     ) -> None:
-        from kubernetes import client
-
         self.client = api_client
-        self.core = client.CoreV1Api(api_client)
-        self.coordination = client.CoordinationV1Api(api_client)
-        self.events = client.EventsV1Api(api_client)
+        self.core = _Group(api_client, CORE_OPS)
+        self.coordination = _Group(api_client, COORDINATION_OPS)
+        self.events = _Group(api_client, EVENTS_OPS)
         self.gate, self.clock, self.stats, self.timeout = gate, clock, stats, timeout
         self._reauth = reauth
 

@@ -280,7 +280,7 @@ def test_a_lease_renewed_since_it_was_read_is_not_deleted(fake: FakeApiServer, t
         key = ("coordination.k8s.io", "leases", DISRUPTION_NS, "slow")
         lease = fake.cluster.get(key)
         assert lease is not None
-        lease["spec"]["renewTime"] = "2027-01-15T08:00:00.000001Z"
+        lease["spec"]["renewTime"] = "2027-01-15T09:00:00.500000Z"  # a later renewal (not the claim's own time)
         fake.cluster.put(key, lease)
 
     fake.before(lambda r: r.method == "DELETE" and r.path.endswith("/leases/slow"), renewed)
