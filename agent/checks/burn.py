@@ -22,11 +22,8 @@ if TYPE_CHECKING:
 
 
 class BurnStatusCheck:
-    """Shows the persisted result of this boot's burns, with the findings the
-    daemon's preflight source publishes for the same record (a failed
-    preflight is `PreflightFailed`, an untested GPU `BurnUnavailable`) where
-    no source runs beside it (`agent selftest`, `agent run --once`), so those
-    judge a node as the daemon does; never burns."""
+    """Shows the persisted result of this boot's burns; never burns. Where no source runs beside it
+    (selftest, run --once) it reports the findings the preflight source would, so those judge as the daemon."""
 
     name = "burn"
 
@@ -62,27 +59,15 @@ def sources(ctx: CheckContext, cfg: BurnConfig) -> list[EventSource]:
     from ..burn.preflight import Options, PreflightSource
     from ..statedir import StateDir, boot_id
 
-    opts = Options(
-        preflight=cfg.preflight,
-        force=cfg.preflight_force,
-        retest_interval=cfg.retest_interval,
-        dry_run=ctx.dry_run,
-        hold_while_deferred=cfg.hold_while_deferred,
-        retry=cfg.interval,
-    )
+    opts = Options(preflight=cfg.preflight, force=cfg.preflight_force, retest_interval=cfg.retest_interval,
+                   dry_run=ctx.dry_run, hold_while_deferred=cfg.hold_while_deferred, retry=cfg.interval)
     burner = runner(ctx.paths, cfg, ctx.config.check("gpu"))
     pods = ctx.config.check("gpu_pods")  # where the kubelet's PodResources socket is
-    lookup = (
-        pod_lookup(ctx.paths.root(pods.pod_resources_socket), pods.call_timeout, pods.resource_names)
-        if pods.pod_resources_socket
-        else None
-    )
-    return [
-        PreflightSource(
-            burner, StateDir(ctx.state_dir), lambda: boot_id(ctx.paths), opts, lambda: known(ctx.paths),
-            Idleness(burner.inventory, lookup),
-        )
-    ]
+    sock = pods.pod_resources_socket
+    lookup = pod_lookup(ctx.paths.root(sock), pods.call_timeout, pods.resource_names) if sock else None
+    idle = Idleness(burner.inventory, lookup)
+    state, boot = StateDir(ctx.state_dir), (lambda: boot_id(ctx.paths))
+    return [PreflightSource(burner, state, boot, opts, lambda: known(ctx.paths), idle)]
 
 
 SPEC = CheckSpec(

@@ -213,6 +213,8 @@ CORE_OPS = {
     "delete_namespaced_pod": ("DELETE", "/api/v1/namespaces/{namespace}/pods/{name}"),
     "read_namespaced_resource_quota": ("GET", "/api/v1/namespaces/{namespace}/resourcequotas/{name}"),
     "list_namespaced_config_map": ("GET", "/api/v1/namespaces/{namespace}/configmaps"),
+    "read_namespaced_config_map": ("GET", "/api/v1/namespaces/{namespace}/configmaps/{name}"),
+    "patch_namespaced_config_map": ("PATCH", "/api/v1/namespaces/{namespace}/configmaps/{name}"),
 }
 COORDINATION_OPS = {
     "create_namespaced_lease": ("POST", "/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"),
