@@ -35,6 +35,8 @@ class Progress(Protocol):
     def blocked(self) -> tuple[str, ...]: ...
     @property
     def remaining(self) -> tuple[str, ...]: ...
+    @property
+    def pdbs(self) -> tuple[str, ...]: ...  # "ns/name" of the PodDisruptionBudgets that refused the blocked pods
 
 
 class Cluster(Protocol):
@@ -55,6 +57,7 @@ class Drained:
     evicted: int = 0
     blocked: tuple[str, ...] = ()
     remaining: tuple[str, ...] = ()
+    pdbs: tuple[str, ...] = ()
 
 
 class NoCluster:
