@@ -13,6 +13,12 @@ field of the wrong type) is damaged: it is set aside as
 newest `KEEP_BAD` per file are kept), named in one log line, counted in
 ``node_health_state_file_rejected_total{file}``, and that part of the state
 starts fresh. A damaged file can never crash the agent.
+
+A **read-only** `StateDir` (``StateDir(path, read_only=True)``, or every one
+of the process after `read_only_process()`: `agent remediation status`,
+`agent selftest`) never creates, renames, moves or writes anything: a damaged
+file is left where it is (and said so, in `problems`), a write is dropped.
+The running agent's files are byte-identical after such a command.
 """
 
 from __future__ import annotations
@@ -46,12 +52,25 @@ class StateDirLocked(StateDirError):
     exit_code = 3
 
 
+_read_only_process = False
+
+
+def read_only_process() -> None:
+    """Every `StateDir` made from now on in this process is read-only (a read-only command)."""
+    global _read_only_process
+    _read_only_process = True
+
+
 class StateDir:
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, *, read_only: bool | None = None) -> None:
         self.path = path
+        self.read_only = _read_only_process if read_only is None else read_only
         self._lock_fd: int | None = None
+        self.problems: dict[str, str] = {}  # file name -> why its last load found nothing usable
 
     def ensure(self) -> None:
+        if self.read_only:
+            return
         try:
             os.makedirs(self.path, mode=0o700, exist_ok=True)
         except OSError as exc:
@@ -78,6 +97,9 @@ class StateDir:
         self.write_bytes(name, json.dumps(data, sort_keys=True, separators=(",", ":")).encode())
 
     def write_bytes(self, name: str, data: bytes) -> None:
+        if self.read_only:
+            log.debug("read-only state dir %s: %s not written", self.path, name)
+            return
         fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=self.path)
         try:
             with os.fdopen(fd, "wb") as fh:
@@ -97,16 +119,27 @@ class StateDir:
         finally:
             os.close(dfd)
 
+    def remove(self, name: str) -> None:
+        """Delete a file of the state dir (absent: nothing to do); read-only: nothing."""
+        if self.read_only:
+            return
+        try:
+            os.unlink(self.file(name))
+        except FileNotFoundError:
+            pass
+
     def load(self, spec: StateFile[T]) -> T | None:
         """The stored value as `spec` reads it, or None when the file is absent,
         unreadable (EACCES, EIO: left where it is) or damaged (set aside)."""
         path = self.file(spec.name)
+        self.problems.pop(spec.name, None)
         try:
             with open(path, "rb") as fh:
                 data = fh.read()
         except FileNotFoundError:
             return None
         except OSError as exc:
+            self.problems[spec.name] = f"unreadable: {exc.strerror or exc}"
             log.error("state file %s is unreadable, ignoring it: %s", path, exc.strerror or exc)
             return None
         try:
@@ -114,7 +147,12 @@ class StateDir:
                 raise Damaged("empty")
             return spec.parse(json.loads(data))
         except (Damaged, TypeError, ValueError, KeyError) as exc:  # UnicodeDecodeError, JSONDecodeError: ValueError
-            self._set_aside(spec.name, f"{type(exc).__name__}: {exc}")
+            why = f"{type(exc).__name__}: {exc}"
+            self.problems[spec.name] = f"damaged: {why[:200]}"
+            if self.read_only:
+                log.error("state file %s is damaged (%s); left where it is (read-only)", path, why[:200])
+            else:
+                self._set_aside(spec.name, why)
             return None
 
     def _set_aside(self, name: str, why: str) -> None:

@@ -105,8 +105,10 @@ def cmd_selftest(args: argparse.Namespace) -> int:
     from ..registry import CATALOG, CHECKS
     from ..runtime import build_checks, load_config, pods_once, state_dir
     from ..scheduler import Scheduler
+    from ..statedir import read_only_process
     from ..store import Store
 
+    read_only_process()  # a selftest changes nothing: every state file is read, none renamed, moved or written
     cfg = load_config(overrides(args))
     logs.setup(args.log_level or "warning", cfg.agent.log_format)
     for name in args.only or ():
@@ -156,7 +158,9 @@ def cmd_config_check(args: argparse.Namespace) -> int:
 
 def cmd_config_show(args: argparse.Namespace) -> int:
     from ..config import load, to_toml
+    from ..statedir import read_only_process
 
+    read_only_process()  # a read-only command: no state file is ever written, renamed or moved
     cfg = load(args.config)
     sys.stdout.write(f"# effective configuration from {cfg.source}\n{to_toml(cfg)}")
     return 0

@@ -140,6 +140,11 @@ class KubeRemediation:
         self.event("NodeRetired" if retired else "NodeReturned", message, warning=retired)
         log.warning("node %s %s: %s", self.node, "retired" if retired else "returned to service", message)
 
+    def node_retired(self) -> bool:
+        """Whether the Node carries our retired label (read back at start: the cluster's word outlives a lost record)."""
+        node = self.api.read_node(self.node)
+        return ((node.get("metadata") or {}).get("labels") or {}).get(self.label) == "true"
+
     def event(self, reason: str, message: str, warning: bool = False) -> None:
         spec = EventSpec("Warning" if warning else "Normal", reason, EVENT_ACTION, message[:1024])
         name = f"{self.node}.{uuid.uuid4().hex[:16]}"

@@ -13,11 +13,18 @@ targets are logged, and the ladder waits where it is. `tick` never sleeps:
 the runner's thread calls it on every new snapshot and every ``interval``.
 A cluster call that raises `ApiError`/`Wait` leaves the record as it was;
 the next tick tries again.
+
+Clocks: every wait (standing time, settle, overdue, retry, busy, startup
+grace) is measured on ``uptime``, the boot clock (CLOCK_BOOTTIME), with the
+boot ID it belongs to; the daily cap and the retire window count reboots by
+boot ID and boot-clock intervals (`Record.boots`). The wall clock (``clock``)
+only stamps what people read, so a wall-clock step changes no decision.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -32,7 +39,7 @@ from .catalog import CHECK
 from .cluster import Cluster, Progress
 from .faults import EPISODE, RANK, Fault, plan
 from .host import Host, Result
-from .record import RECORD_FILE, Episode, Reboot, Record, Retired
+from .record import MAX_BOOTS, RECORD_FILE, UNRETIRE, UNRETIRE_FILE, Episode, Reboot, Record, Retired
 from .settings import RemediationSection
 
 log = logging.getLogger(__name__)
@@ -42,6 +49,12 @@ REBOOT_RETRY = 600.0  # a reboot command that failed is tried again no sooner (t
 REBOOT_OVERDUE = 7200.0  # a requested reboot that has not happened by then is reported (never asked for again)
 MAX_TRANSITIONS = 12  # steps one tick may take (each one persisted)
 STARTUP_GRACE = 120.0  # after a start, a recorded fault not reported yet keeps its first-seen time this long
+BOOT_NOTE = 600.0  # the current boot's boot-clock reading is written down at least this often (Record.boots)
+
+
+def boottime() -> float:
+    """CLOCK_BOOTTIME: seconds since this boot, suspend included; never stepped."""
+    return time.clock_gettime(time.CLOCK_BOOTTIME)
 
 
 class GpuUsers(Protocol):
@@ -57,23 +70,45 @@ class GpuUsers(Protocol):
 
 
 class Ladder:
+    """The ladder of one node.
+
+    Seams (tests and other features replace them): ``host`` (every command on
+    the host), ``cluster`` (`Cluster`: drain, disruption slot, retired mark,
+    events; an optional ``node_retired() -> bool | None`` reads the retired
+    mark back from the Node at the first tick), ``users`` (who holds a GPU),
+    ``clock`` (wall time: only for what people read), ``mono``
+    (CLOCK_MONOTONIC: when a reset finished, for the Xid stream), ``uptime``
+    (CLOCK_BOOTTIME: every wait), and ``go_ahead``: called immediately before
+    each host- or cluster-changing command (a drain step, a GPU reset, a
+    reboot); it returns None to go on, or the cause that stops it now (the
+    runner re-reads the kill switch there; the fleet breaker hooks in too).
+    ``paused`` is the kill switch as the runner last read it (None: not known
+    yet, wait). `tick(faults)` is the one entry point.
+    """
+
     def __init__(
         self, cfg: RemediationSection, state: StateDir, host: Host, cluster: Cluster, *, catalog: Catalog,
         users: GpuUsers | None = None, dry_run: bool = False, clock: Callable[[], float] = time.time,
-        mono: Callable[[], float] = time.monotonic,
+        mono: Callable[[], float] = time.monotonic, uptime: Callable[[], float] = boottime,
+        go_ahead: Callable[[], str | None] = lambda: None,
     ) -> None:
         self.cfg, self.state, self.host, self.cluster, self.catalog = cfg, state, host, cluster, catalog
-        self.users, self.dry_run, self.clock, self.mono = users, dry_run, clock, mono
+        self.users, self.dry_run, self.clock, self.mono, self.uptime = users, dry_run, clock, mono, uptime
+        self.go_ahead = go_ahead
         self.paused: bool | None = False  # the cluster's kill switch (None: not known yet, wait)
         had_file = os.path.lexists(self.state.file(RECORD_FILE.name))
         loaded = state.load(RECORD_FILE)
         self.rec = loaded or Record()
-        self.damaged = had_file and loaded is None  # it was set aside: what was done before is unknown
+        # Unreadable (EACCES, EIO: left in place): nothing is done, nothing written, until it reads again.
+        self.unreadable = loaded is None and state.problems.get(RECORD_FILE.name, "").startswith("unreadable")
+        self.damaged = had_file and loaded is None and not self.unreadable  # set aside: what was done is unknown
         self.suspect: set[str] | None = None  # faults standing when the record was lost (filled at the 1st tick)
         self.first_seen: dict[str, float] = {}
         self.present: dict[str, Fault] = {}
-        self.now = 0.0
+        self.now = 0.0  # boot clock
+        self.wall = 0.0
         self.boot = ""
+        self._node_read = False  # the Node's retired mark was read (once, at the first tick that could)
         self.would: dict[str, str] = {}  # action -> cause
         self.waiting: dict[str, str] = {}  # on -> message
         self.failed: dict[str, str] = {}  # action -> message (until the episode ends)
@@ -85,15 +120,20 @@ class Ladder:
     # ------------------------------------------------------------ the tick
 
     def tick(self, faults: Sequence[Fault]) -> None:
-        self.now, self.boot = self.clock(), self.host.boot_id()
+        self.now, self.wall, self.boot = self.uptime(), self.clock(), self.host.boot_id()
         self.present = {f.key: f for f in faults}
+        self.would, self.waiting = {}, {}
+        if self.unreadable and not self._reread():
+            return
+        self._unretire_request()
+        self._note_boot()
+        self._node_mark()
         self._stood()
         if self.suspect is None:
             self.suspect = set(self.present) if self.damaged else set()
             if self.suspect:
                 log.error("remediation record was damaged: no reboot for the faults standing now (%s)", ", ".join(sorted(self.suspect)))
         self.suspect &= set(self.present)
-        self.would, self.waiting = {}, {}
         if self.rec.unretire and self._cause("retire") is None:  # observe, dry run, kill switch: not yet
             self.cluster.set_retired(False, "un-retired by an operator (agent remediation unretire)")  # + its event
             log.warning("remediation: the node was un-retired by an operator; reboot history cleared")
@@ -102,7 +142,11 @@ class Ladder:
         self._remember()
         if self.rec.retired is not None:
             self._retired(self.rec.retired)
+            ep = self.rec.episode
+            if ep is not None:  # a retirement is final: its slot release is retried until done, nothing else runs
+                self._release(ep)
             return
+        self._other_boot()
         if self.rec.episode is None:
             self._start()
         self._adopt()
@@ -111,6 +155,80 @@ class Ladder:
             ep = self.rec.episode
             if ep is None or not self._advance(ep):
                 break
+
+    def _reread(self) -> bool:
+        """The record could not be read (EACCES, EIO): read it again; until then nothing acts (it is reported)."""
+        loaded = self.state.load(RECORD_FILE)
+        if loaded is None and self.state.problems.get(RECORD_FILE.name, "").startswith("unreadable"):
+            self._wait("record", f"the remediation record {self.state.file(RECORD_FILE.name)} cannot be read "
+                       f"({self.state.problems[RECORD_FILE.name]}): nothing is done until it can")
+            return False
+        self.unreadable = False
+        if loaded is None:  # gone or damaged meanwhile: as at a start with a damaged record
+            self.damaged, self.suspect = True, None
+        self.rec = loaded or Record()
+        return True
+
+    def _unretire_request(self) -> None:
+        """`agent remediation unretire` while this agent runs: its request file, applied here and removed."""
+        if not os.path.lexists(self.state.file(UNRETIRE)):
+            return
+        req = self.state.load(UNRETIRE_FILE)
+        if req is not None and self.rec.unretired():
+            log.warning("remediation: un-retire requested by an operator (agent remediation unretire at %s): "
+                        "the retired mark and the reboot history are cleared", _utc(req))
+            self._save()
+        elif req is not None:
+            log.warning("remediation: un-retire requested, but this node is not retired; nothing to do")
+        self.state.remove(UNRETIRE)
+
+    def _note_boot(self) -> None:
+        """This boot and its boot clock, for the time since a reboot of an earlier boot."""
+        if not self.boot:
+            return
+        if not self.rec.boots or self.rec.boots[-1][0] != self.boot:
+            self.rec.boots = [b for b in self.rec.boots if b[0] != self.boot][-(MAX_BOOTS - 1):] + [(self.boot, self.now)]
+            self._save()
+        elif self.now - self.rec.boots[-1][1] >= BOOT_NOTE:
+            self._save()
+
+    def _since(self, boot: str, up: float, wall: float) -> float:
+        """Seconds since boot clock `up` of boot `boot`: a lower bound (the time between boots does not count)."""
+        if up < 0:  # a record of before boot clocks
+            return max(0.0, self.wall - wall)
+        if boot == self.boot:
+            return max(0.0, self.now - up)
+        ids = [b for b, _ in self.rec.boots]
+        if boot not in ids:  # forgotten: older than MAX_BOOTS boots; unknown otherwise (counts as now)
+            return math.inf if len(ids) >= MAX_BOOTS else 0.0
+        i = ids.index(boot)
+        later = sum(u for b, u in self.rec.boots[i + 1:] if b != self.boot)
+        return max(0.0, self.rec.boots[i][1] - up) + later + self.now
+
+    def _node_mark(self) -> None:
+        """The retired mark is read back from the Node once: the cluster says retired, the record not → retired."""
+        if self._node_read:
+            return
+        read = getattr(self.cluster, "node_retired", None)
+        on_node = read() if read is not None else None  # ApiError/Wait: tried again at the next tick
+        self._node_read = True
+        if on_node and self.rec.retired is None and not self.rec.unretire:
+            why = ("the Node carries the retired label but the local record does not (lost, damaged or restored): "
+                   "retired as the cluster says; un-retire it to return it")
+            log.error("node RETIRED: %s", why)
+            self.rec.retired = Retired(self.wall, "node", why, command_done=True, powered_off=True,
+                                       boot_id=self.boot, up=self.now)
+            self._save()
+
+    def _other_boot(self) -> None:
+        """An episode's times of another boot start their waits again (later, never sooner)."""
+        ep = self.rec.episode
+        if ep is None or ep.step_boot == self.boot or ep.step == "rebooting":
+            return
+        log.info("remediation: the record's %s step was timed in another boot; its waits start again", ep.step)
+        self.rec.episode = replace(ep, step_at=self.now, step_boot=self.boot,
+                                   retry_at=self.now + REBOOT_RETRY if ep.retry_at else 0.0)
+        self._save()
 
     def _stood(self) -> None:
         """First-seen times, from the record: a restart neither resets nor shortens a fault's wait.
@@ -141,7 +259,7 @@ class Ladder:
         handled = {k: b for k, b in self.rec.handled.items() if k in self.present and b == self.boot}
         resets = {k: b for k, b in self.rec.resets.items() if b == self.boot}
         window = self.cfg.retire.window
-        reboots = [r for r in self.rec.reboots if self.now - r.at <= window]
+        reboots = [r for r in self.rec.reboots if self._since(r.boot_id, r.up, r.at) <= window]
         if changed or handled != self.rec.handled or resets != self.rec.resets or len(reboots) != len(self.rec.reboots):
             self.rec.handled, self.rec.resets, self.rec.reboots = handled, resets, reboots
             self._save()
@@ -189,12 +307,13 @@ class Ladder:
         if not due:
             return
         f = min(due, key=lambda f: (-RANK[EPISODE[f.action]], f.key))
-        ep = Episode(key=f.key, action=EPISODE[f.action], subject=f.subject, step="claim", started=self.now,
-                     step_at=self.now, uuid=f.uuid, gpu=f.gpu, pci=f.pci, scope="gpu" if f.action == "reset_gpu" else "node")
+        ep = Episode(key=f.key, action=EPISODE[f.action], subject=f.subject, step="claim", started=self.wall,
+                     step_at=self.now, uuid=f.uuid, gpu=f.gpu, pci=f.pci, scope="gpu" if f.action == "reset_gpu" else "node",
+                     step_boot=self.boot)
         log.warning("remediation: %s (%s) has stood %.0fs: %s", f.key, f.action, self.now - self.first_seen[f.key], f.message)
-        if f.action == "reset_gpu" and self.rec.resets.get(f.key) == self.boot:
-            ep.action, ep.scope = "reboot", "node"  # the reset did not cure it: as a failed reset does
-            ep.note = f"{f.key} came back after a verified reset of GPU {f.uuid or f.subject} in this boot"
+        if f.action == "reset_gpu" and f.uuid and self.rec.resets.get(f.uuid) == self.boot:
+            ep.action, ep.scope = "reboot", "node"  # one reset per GPU per boot: as a failed reset does
+            ep.note = f"{f.key}: GPU {f.uuid} was reset once in this boot already (at most one reset per GPU per boot)"
             log.error("remediation: %s; escalating to a reboot", ep.note)
             self._event("RemediationEscalated", f"{ep.note}; escalating to a reboot", warning=True)
         self.rec.episode = ep
@@ -240,23 +359,41 @@ class Ladder:
         return self._go(ep, "drain")
 
     def _drain(self, ep: Episode) -> bool:
-        if self._blocked(ep, "drain"):
+        if self._blocked(ep, "drain", fresh=True):
             return False
         only = self._only(ep)
         progress: Progress = self.cluster.drain(self.now, only)
+        present = getattr(self.cluster, "present", True)
         if progress.evicted or progress.blocked:
             self._say(f"drain:{ep.key}", f"draining for {ep.key}: {progress.evicted} evicted, "
                       f"blocked by a PodDisruptionBudget: {', '.join(progress.blocked) or 'none'}; "
                       f"remaining: {', '.join(progress.remaining) or 'none'}")
-        if not (progress.done or progress.timed_out):
-            return False
-        result = "ok" if progress.done else "timed_out"
-        self._count("drain", result)
-        if progress.timed_out:
-            log.warning("drain for %s timed out with %s left; going on", ep.key, ", ".join(progress.remaining) or "pods")
         nxt = {"reset_gpu": "reset_gpu", "reboot": "reboot", "drain_and_diagnose": "hold", "retire": "retire"}[ep.action]
-        self._event("RemediationDrained", f"{ep.key}: pods evicted ({progress.evicted}, {result}); next: {nxt}")
+        if progress.done:
+            result = "ok"
+        elif not progress.timed_out:
+            return False
+        else:
+            # Pods the drain could not move are on the node: nothing disruptive happens over them (on_timeout
+            # = "wait" keeps them; "delete" deletes them and the drain finishes), unless the action's
+            # force_after (opt-in, off by default) has passed since the drain began.
+            left = _pods(progress)
+            force = self._force_after(ep.action)
+            if ep.action == "drain_and_diagnose" or force <= 0 or self.now - ep.step_at < force:
+                more = f"; {ep.action} goes past them {force:.0f}s after the drain began" if force > 0 and ep.action != "drain_and_diagnose" else ""
+                self._wait("drain", f"{ep.key}: the drain timed out with pods it could not move still on the node: "
+                           f"{left}; nothing disruptive is done while they are here (evictions go on){more}")
+                return False
+            log.error("drain for %s timed out with %s left; %s goes past them (force_after %.0fs)", ep.key, left, nxt, force)
+            result = "forced"
+        if present:  # without a cluster nothing was drained: nothing to count or tell
+            self._count("drain", result)
+            self._event("RemediationDrained", f"{ep.key}: pods evicted ({progress.evicted}, {result}); next: {nxt}")
         return self._go(ep, nxt)
+
+    def _force_after(self, action: str) -> float:
+        return {"reset_gpu": self.cfg.gpu_reset.force_after, "reboot": self.cfg.reboot.force_after,
+                "retire": self.cfg.retire.force_after}.get(action, 0.0)
 
     def _only(self, ep: Episode) -> frozenset[str] | None:
         if ep.scope != "gpu":
@@ -272,7 +409,12 @@ class Ladder:
         gr = self.cfg.gpu_reset
         if not ep.uuid:
             return self._escalate(ep, f"the UUID of {ep.subject} is unknown: cannot reset it")
+        if self.rec.resets.get(ep.uuid) == self.boot:
+            return self._escalate(ep, f"GPU {ep.uuid} was reset once in this boot already (at most one reset per GPU per boot)")
         mig = self.host.gpu_mig(ep.uuid)
+        if mig is None and not gr.allow_mig:  # fail closed: what cannot be read is MIG
+            return self._escalate(ep, f"the MIG mode of GPU {ep.uuid} cannot be read (nvidia-smi failed or hung): "
+                                  "treated as MIG (gpu_reset.allow_mig = false)")
         if mig and not gr.allow_mig:
             return self._escalate(ep, f"GPU {ep.uuid} is in MIG mode (gpu_reset.allow_mig = false)")
         pids = self.users.processes_on_gpu(ep.uuid) if self.users else self.host.gpu_processes(ep.uuid)
@@ -282,9 +424,13 @@ class Ladder:
                 return self._escalate(ep, f"GPU {ep.uuid}: {what} after {gr.busy_timeout:.0f}s")
             self._wait("gpu_busy", f"GPU {ep.uuid}: {what}; the reset waits")
             return False
-        if self._blocked(ep, "reset_gpu"):
+        if self._blocked(ep, "reset_gpu", fresh=True):
             return False
-        self._go(ep, "resetting")  # persisted first: a restart mid-reset verifies, never resets twice
+        # Persisted first, with the GPU's one reset of this boot spent: a restart mid-reset verifies the GPU and
+        # escalates (whether the reset ran is unknown: never assumed), it never resets twice.
+        self.rec.resets[ep.uuid] = self.boot
+        ep.boot_id = self.boot
+        self._go(ep, "resetting")
         res = self.host.reset_gpu(ep.uuid)
         self._count("reset_gpu", "ok" if res.ok else "failed")
         log.warning("GPU reset of %s for %s: %s", ep.uuid, ep.key, res.detail)
@@ -295,15 +441,26 @@ class Ladder:
         return self._go(ep, "verify")
 
     def _resetting(self, ep: Episode) -> bool:
-        log.warning("resuming: the reset of GPU %s was under way when the agent stopped; verifying it", ep.uuid)
-        return self._go(ep, "verify")
+        """Resumed with a reset under way: it may or may not have run. The GPU is verified, and the reset is
+        never assumed: the Xid stream is not told (its findings stand), and a fault still there escalates."""
+        if ep.boot_id and ep.boot_id != self.boot:
+            return self._end(ep, f"the node rebooted while GPU {ep.uuid} was being reset")
+        log.warning("resuming: the reset of GPU %s was under way when the agent stopped; verifying the GPU", ep.uuid)
+        res = self.host.verify_gpu(ep.uuid, ep.gpu)
+        if not res.ok:
+            return self._escalate(ep, f"GPU {ep.uuid} failed its verification after an interrupted reset: {res.detail}",
+                                  failed="verify")
+        if ep.key not in self.present:
+            return self._end(ep, f"{ep.key} cleared; GPU {ep.uuid} answers after an interrupted reset ({res.detail})")
+        return self._escalate(ep, f"the reset of GPU {ep.uuid} was interrupted (the agent stopped): whether it ran is "
+                              f"unknown and {ep.key} still stands")
 
     def _verify(self, ep: Episode) -> bool:
         res = self.host.verify_gpu(ep.uuid, ep.gpu)
         if not res.ok:
             return self._escalate(ep, f"GPU {ep.uuid} failed its verification after the reset: {res.detail}", failed="verify")
         self.rec.handled[ep.key] = self.boot
-        self.rec.resets[ep.key] = self.boot
+        self.rec.resets[ep.uuid] = self.boot
         self._save()  # before the Xid stream is told: back after this, the fault escalates to a reboot
         # Downward, through the state dir: the Xid stream drops that GPU's reset_gpu findings from
         # before the reset (the kernel log never says a reset happened), and the node is released.
@@ -331,18 +488,18 @@ class Ladder:
         if uptime is None or uptime < rs.min_uptime:
             self._wait("uptime", f"uptime {'unknown' if uptime is None else f'{uptime:.0f}s'} is below reboot.min_uptime ({rs.min_uptime:.0f}s)")
             return False
-        recent = sum(1 for r in self.rec.reboots if self.now - r.at < DAY)
+        recent = sum(1 for r in self.rec.reboots if self._since(r.boot_id, r.up, r.at) < DAY)
         if recent >= rs.max_per_day:
-            self._wait("daily_cap", f"{recent} reboots in the last 24h (reboot.max_per_day = {rs.max_per_day})")
+            self._wait("daily_cap", f"{recent} reboots in the last 24h of boot time (reboot.max_per_day = {rs.max_per_day})")
             return False
-        if self.now < ep.retry_at or self._blocked(ep, "reboot"):
+        if self.now < ep.retry_at or self._blocked(ep, "reboot", fresh=True):
             return False
         if not self.boot:
             self._wait("record", "the boot ID is unreadable: a reboot could not be proven, so none is asked for")
             return False
         # The record first (atomic): the finding, the time, the boot ID. Killed after this line, the
         # agent finds "rebooting" with this boot ID and waits for a new one: never a second request.
-        self.rec.reboots.append(Reboot(ep.key, self.now, self.boot))
+        self.rec.reboots.append(Reboot(ep.key, self.wall, self.boot, up=self.now))
         ep.boot_id = self.boot
         self._go(ep, "rebooting")
         log.warning("REBOOTING for %s (%s) via %s", ep.key, ep.note or ep.action, self.host.describe_reboot())
@@ -363,10 +520,20 @@ class Ladder:
             self._event("Rebooted", f"{ep.key}: the node rebooted (new boot ID); watching for {self.cfg.reboot.settle:.0f}s")
             ep.booted_at = self.now
             return self._go(ep, "settle")
+        asked = self.rec.reboots[-1].at if self.rec.reboots else self.wall - (self.now - ep.step_at)
         if self.now - ep.step_at >= REBOOT_OVERDUE:
-            self._wait("reboot", f"the reboot asked for at {_utc(ep.step_at)} has not happened; it is not asked for again")
+            if ep.slot:  # never renewed forever for a reboot that does not come: the slot goes back, and it says so
+                self.cluster.release_slot(self.now)
+                self.rec.episode = replace(ep, slot=False)
+                self._save()
+                msg = (f"{ep.key}: the reboot asked for at {_utc(asked)} has not happened in {REBOOT_OVERDUE:.0f}s; "
+                       "the disruption slot is released and the reboot is not asked for again")
+                log.error("remediation: %s", msg)
+                self._event("RemediationFailed", msg, warning=True)
+            self._wait("reboot", f"the reboot asked for at {_utc(asked)} has not happened; it is not asked for again "
+                       "(the disruption slot is released)")
         else:
-            self._wait("reboot", f"waiting for the reboot asked for at {_utc(ep.step_at)}")
+            self._wait("reboot", f"waiting for the reboot asked for at {_utc(asked)}")
         return False
 
     def _settle(self, ep: Episode) -> bool:
@@ -390,7 +557,7 @@ class Ladder:
         self.cluster.set_retired(True, f"{why}: {self.present[ep.key].message if ep.key in self.present else ep.key}")
         self._count("retire", "ok")
         log.error("node RETIRED: %s", why)
-        self.rec.retired = Retired(self.now, ep.key, why)
+        self.rec.retired = Retired(self.wall, ep.key, why, boot_id=self.boot, up=self.now)
         return self._go(ep, "release")
 
     def _release(self, ep: Episode) -> bool:
@@ -407,7 +574,7 @@ class Ladder:
             self._save()
             self._ran("retire", self.host.retire_command())
         off = self.cfg.retire.power_off_after
-        if off > 0 and not r.powered_off and self.now - r.at >= off and not self._cause("retire"):
+        if off > 0 and not r.powered_off and self._since(r.boot_id, r.up, r.at) >= off and not self._cause("retire"):
             r.powered_off = True
             self._save()
             log.error("powering the retired node off (%.0fs after it was retired)", off)
@@ -422,7 +589,7 @@ class Ladder:
     # ------------------------------------------------------------ helpers
 
     def _go(self, ep: Episode, step: str) -> bool:
-        self.rec.episode = replace(ep, step=step, step_at=self.now)
+        self.rec.episode = replace(ep, step=step, step_at=self.now, step_boot=self.boot)
         self._save()
         return True
 
@@ -433,6 +600,10 @@ class Ladder:
         return self._go(ep, "release")
 
     def _save(self) -> None:
+        if self.unreadable:  # never over a record that could not be read
+            return
+        if self.boot and self.rec.boots and self.rec.boots[-1][0] == self.boot:
+            self.rec.boots[-1] = (self.boot, self.now)
         self.state.write_json(RECORD_FILE.name, self.rec.to_json())
 
     def _uncured(self, key: str) -> int:
@@ -440,18 +611,22 @@ class Ladder:
 
     def _cause(self, action: str) -> str | None:
         """Why this action may not be taken now (None: it may)."""
-        if action == "drain" and not getattr(self.cluster, "present", True):
-            return None  # no cluster: nothing to drain, nothing to withhold
         if self.cfg.mode == "observe":
             return "observe"
         if self.dry_run:
             return "dry_run"
         if self.paused is not False:
             return "kill_switch"
+        if action == "drain" and not getattr(self.cluster, "present", True):
+            return None  # no cluster: nothing to drain, so nothing to enable
         return None if action in self.cfg.actions else "disabled"
 
-    def _blocked(self, ep: Episode, action: str) -> bool:
+    def _blocked(self, ep: Episode, action: str, fresh: bool = False) -> bool:
+        """Whether `action` may not be taken now (its would-be steps exported). `fresh`: it changes the host or
+        the cluster next, so `go_ahead` is asked again immediately before it (the kill switch re-read)."""
         cause = self._cause(action)
+        if cause is None and fresh:
+            cause = self.go_ahead()
         if cause is None:
             return False
         present = getattr(self.cluster, "present", True)
@@ -543,6 +718,15 @@ class Ladder:
         out.append(Sample("node_health_remediation_uncured_reboots", sum(1 for r in self.rec.reboots if r.back)))
         out.append(Sample("node_health_remediation_retired", 1 if self.rec.retired else 0))
         return out
+
+
+def _pods(p: Progress) -> str:
+    """The pods a drain could not move, and those a PodDisruptionBudget refused (with the PDB where known)."""
+    pdbs = getattr(p, "pdbs", None)  # pod -> PDB, where the drain's progress names them
+    named = [f"{pod} (PodDisruptionBudget {pdbs[pod]})" if isinstance(pdbs, dict) and pod in pdbs else pod
+             for pod in dict.fromkeys(p.remaining + p.blocked)]
+    blocked = f"; refused by a PodDisruptionBudget: {', '.join(p.blocked[:10])}" if p.blocked else ""
+    return (", ".join(named[:10]) or "pods") + (f" and {len(named) - 10} more" if len(named) > 10 else "") + blocked
 
 
 def _utc(t: float) -> str:

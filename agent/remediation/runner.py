@@ -56,6 +56,15 @@ class LadderSource(FindingsSource):
         return (("slot", "DisruptionSlotWaiting"), ("node", "NodeRetired")) if self.enforce else ()
 
 
+def go_ahead(paused: Callable[[], bool | None]) -> Callable[[], str | None]:
+    """The ladder's last look before a host- or cluster-changing command: the kill switch read again."""
+
+    def check() -> str | None:
+        return None if paused() is False else "kill_switch"
+
+    return check
+
+
 class Runner:
     def __init__(
         self, ladder: Ladder, *, interval: float, publish_samples: Callable[[list[Sample]], None],
@@ -167,6 +176,9 @@ class KubeSide:
     def set_retired(self, retired: bool, message: str) -> None:
         self._get().set_retired(retired, message)
 
+    def node_retired(self) -> bool | None:
+        return self._get().node_retired()
+
     def event(self, reason: str, message: str, warning: bool = False) -> None:
         self._get().event(reason, message, warning)
 
@@ -192,11 +204,11 @@ def start(
     """Build and start the ladder's thread (it runs in every mode: observe exports what it would do)."""
     cluster = cluster_for(kube)
     host = Host(cfg, paths, burn_argv=burn_argv(config_path))
-    ladder = Ladder(cfg, state, host, cluster, catalog=catalog, users=users, dry_run=dry_run)
     paused: Callable[[], bool | None] = lambda: False  # noqa: E731
     if kube is not None and kube.kill_switch is not None:
         rec = kube.reconciler
         paused = lambda: rec.paused  # noqa: E731
+    ladder = Ladder(cfg, state, host, cluster, catalog=catalog, users=users, dry_run=dry_run, go_ahead=go_ahead(paused))
     where = "no cluster: nothing to drain, no disruption budget" if isinstance(cluster, NoCluster) else "Kubernetes"
     log.info("remediation: mode %s%s, actions %s (%s)", cfg.mode, " (dry run)" if dry_run else "",
              ", ".join(cfg.actions) or "none", where)

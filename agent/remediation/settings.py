@@ -73,6 +73,11 @@ class RebootSection:
         600.0, "After the boot, the fault must stay away this long before the reboot counts as a cure "
         "(and the disruption slot is released).", duration=True, min=0,
     )
+    force_after: float = opt(
+        0.0, "Opt-in: when the drain timed out with pods it could not move (on_timeout = \"wait\"), reboot anyway this "
+        "long after the drain began; 0 (default): never over pods left on the node (RemediationHeld, subject drain).",
+        duration=True, min=0,
+    )
 
     def validate(self) -> tuple[str, str] | None:
         if self.method == "command" and not self.command:
@@ -102,6 +107,11 @@ class GpuResetSection:
         600.0, "How long processes may stay on the GPU after its drain; then the fault escalates to a reboot.",
         duration=True, min=0,
     )
+    force_after: float = opt(
+        0.0, "Opt-in: when the drain timed out with pods it could not move (on_timeout = \"wait\"), reset the GPU anyway this "
+        "long after the drain began; 0 (default): never over pods left on the node (RemediationHeld, subject drain).",
+        duration=True, min=0,
+    )
 
 
 @dataclass(frozen=True)
@@ -112,6 +122,11 @@ class RetireSection:
     power_off_after: float = opt(
         0.0, "Power the retired node off this long after retiring it (a VM scale set replaces a stopped instance); "
         "0: never.", duration=True, min=0,
+    )
+    force_after: float = opt(
+        0.0, "Opt-in: when the drain timed out with pods it could not move (on_timeout = \"wait\"), retire anyway this "
+        "long after the drain began; 0 (default): never over pods left on the node (RemediationHeld, subject drain).",
+        duration=True, min=0,
     )
 
     def validate(self) -> tuple[str, str] | None:

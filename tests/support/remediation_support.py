@@ -4,7 +4,7 @@ findings with an action, and a clock the test moves."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -60,6 +60,13 @@ class FakeHost(Host):
         self.reset_ok = True
         self.verify_ok = True
         self.reboot_ok = True
+        self.clock: Clock | None = None  # the test's clock (make() sets it): the boot clock runs with it
+        self.boot_t0: float | None = None  # the test clock's reading when this boot began
+
+    def boot_clock(self) -> float:
+        """CLOCK_BOOTTIME of this fake host: the test's clock since the boot (the first boot began 100,000 s before Clock's start)."""
+        t = self.clock.t if self.clock is not None else 0.0
+        return t - (self.boot_t0 if self.boot_t0 is not None else Clock().t - 100_000.0)
 
     def boot_id(self) -> str:
         return self.boot
@@ -95,6 +102,7 @@ class FakeHost(Host):
 
     def booted(self, boot: str) -> None:
         self.boot, self.up = boot, 0.0
+        self.boot_t0 = self.clock.t if self.clock is not None else None
 
     def count(self, name: str) -> int:
         return sum(1 for c in self.calls if c[0] == name)
@@ -161,6 +169,9 @@ class FakeCluster:
         self.calls.append(("set_retired", retired))
         self.retired = retired
 
+    def node_retired(self) -> bool:
+        return self.retired
+
     def event(self, reason: str, message: str, warning: bool = False) -> None:
         self.events.append((reason, message, warning))
 
@@ -195,7 +206,8 @@ def fault_list(*fs: Finding, samples: Iterable[Sample] = GPU_INFO) -> list[Fault
 
 
 def make(tmp: Any, cfg: RemediationSection, *, cluster: FakeCluster | None = None, host: FakeHost | None = None,
-         users: Users | None = None, clock: Clock | None = None, dry_run: bool = False) -> Ladder:
+         users: Users | None = None, clock: Clock | None = None, dry_run: bool = False,
+         go_ahead: Callable[[], str | None] | None = None) -> Ladder:
     """A ladder on the state dir `tmp`; its monotonic clock is `clock` too (one clock the test moves)."""
     state = StateDir(str(tmp))
     state.ensure()
@@ -203,8 +215,10 @@ def make(tmp: Any, cfg: RemediationSection, *, cluster: FakeCluster | None = Non
     if users is not None and users.host is None:
         users.host = host
     clock = clock or Clock()
+    host.clock = clock
     return Ladder(cfg, state, host, cluster if cluster is not None else FakeCluster(),
-                  catalog=CATALOG, users=users, dry_run=dry_run, clock=clock, mono=clock)
+                  catalog=CATALOG, users=users, dry_run=dry_run, clock=clock, mono=clock, uptime=host.boot_clock,
+                  go_ahead=go_ahead or (lambda: None))
 
 
 def value(ladder: Ladder, name: str, **labels: str) -> float | None:
