@@ -23,14 +23,21 @@ holder. A node that dies holding one (the agent gone, the machine off) would
 hold it forever: the garbage collector frees the slot of a *deleted* Node
 (the ownerReference), but nothing frees that of a node that is only gone
 quiet. So the holder writes ``spec.renewTime`` when it claims the slot and
-renews it every ``expiry / 6`` while it holds it (a merge patch of that one
-field); a waiting agent whose create was refused lists the namespace's Leases
-(at most every ``expiry / 6``: a waiter's retries cost no more than before in
-between) and deletes those not renewed for longer than ``max(expiry, the Lease's
-leaseDurationSeconds)``, each with a resourceVersion precondition (a Lease
-renewed in between is kept: 409), then creates its own again. Quota admission
-still counts every create, so no more than `hard` Leases exist at any time.
-A holder that finds its Lease gone when it renews (404) has lost the slot and
+renews it every ``expiry / 6`` of its own monotonic clock while it holds it
+(a merge patch of that one field). A waiting agent whose create was refused
+lists the namespace's Leases (at most every ``expiry / 6``: a waiter's
+retries cost no more than before in between) and judges expiry the way
+client-go's leader election does: it remembers, per Lease, the
+resourceVersion and renewTime it saw and *when it saw them change*, on its
+own monotonic clock, and deletes a Lease only after it has itself watched it
+not change for ``max(expiry, the Lease's leaseDurationSeconds)``. The
+holder's renewTime is never compared with the waiter's clock, so hours of
+skew between the two never free a live holder's slot. Each DELETE carries
+the resourceVersion last seen as a precondition (a Lease renewed in between
+is kept: 409); then the waiter creates its own. Quota admission still counts
+every create, so no more than `hard` Leases exist at any time. A waiter that
+restarts forgets what it saw and watches again (later, never sooner). A
+holder that finds its Lease gone when it renews (404) has lost the slot and
 claims one again before its next disruptive step. The expiry must be longer
 than the longest reboot plus boot, or a slow node's slot is taken while it
 boots (it then waits for a slot before anything else).
@@ -38,7 +45,6 @@ boots (it then waits for a slot before anything else).
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
 import random
 import time
@@ -71,12 +77,17 @@ class Budget:
     def __init__(
         self, api: KubeApi | None, cfg: BudgetConfig, node: str, *, held: bool, recheck: float, rng: random.Random,
         what: str = "taint", expiry: float = 0.0, wall: Callable[[], float] = time.time,
+        mono: Callable[[], float] = time.monotonic,
     ) -> None:
         self.api, self.cfg, self.node, self.what = api, cfg, node, what
-        self.expiry, self.wall = expiry, wall  # expiry 0: slots never expire (the taint budget)
-        self._renewed = 0.0  # wall time of the last write of our renewTime (0: not since this process started)
-        self._sent = 0.0  # the renewTime of the Lease last sent in a create
-        self._scanned = float("-inf")  # wall time of the last look for expired Leases (at most every expiry/6)
+        # expiry 0: slots never expire (the taint budget). `wall` only writes renewTime (for people to read);
+        # every judgement of time (when to renew, when a Lease expired) is on `mono`, this process's own clock.
+        self.expiry, self.wall, self.mono = expiry, wall, mono
+        self._renewed = float("-inf")  # mono time of the last write of our renewTime (-inf: not since this start)
+        self._scanned = float("-inf")  # mono time of the last look for expired Leases (at most every expiry/6)
+        # Lease name -> (resourceVersion, renewTime) last seen, and the mono time it was first seen so
+        # (client-go leader election's observedRecord / observedTime).
+        self._observed: dict[str, tuple[tuple[str, str], float]] = {}
         self.reclaimed = 0  # expired Leases of other nodes this agent deleted
         self.held = held or not cfg.enabled
         self.state = "disabled" if not cfg.enabled else ("held" if held else "idle")
@@ -122,11 +133,11 @@ class Budget:
             if exc.status != 409:  # 409 AlreadyExists: our own, from before a restart
                 raise
             return self._claimed()  # its renewTime is old: renewed at the next renew()
-        return self._claimed(self._sent)
+        return self._claimed(True)
 
     def _full(self, now: float, uid: str) -> bool:
         """Every slot is taken: reclaim the expired ones (if slots expire), and try once more."""
-        if not self.expiry or self.wall() - self._scanned < self.expiry / 6 or not self._reclaim():
+        if not self.expiry or self.mono() - self._scanned < self.expiry / 6 or not self._reclaim():
             return self._refused(now, "exhausted")
         assert self.api is not None
         try:
@@ -137,32 +148,47 @@ class Budget:
             if exc.status != 409:
                 raise
             return self._claimed()
-        return self._claimed(self._sent)
+        return self._claimed(True)
 
     def _reclaim(self) -> bool:
-        """Deletes the Leases of other nodes not renewed within the expiry; True when one went."""
+        """Deletes the Leases of other nodes this agent has watched not change for the expiry; True when one went.
+
+        As client-go's leader election: a Lease's resourceVersion and renewTime are compared with what this
+        agent saw last, and their age is how long *this agent's* monotonic clock has seen them unchanged;
+        the holder's renewTime is never compared with a local clock (skew between nodes cannot expire it)."""
         assert self.api is not None
-        wall, freed = self.wall(), False
-        self._scanned = wall
+        mono, freed = self.mono(), False
+        self._scanned = mono
+        seen: dict[str, tuple[tuple[str, str], float]] = {}
         for lease in self.api.list_leases(self.cfg.namespace):
             meta, spec = lease.get("metadata") or {}, lease.get("spec") or {}
-            name = meta.get("name", "")
-            if name == self.node:
+            name = str(meta.get("name", ""))
+            if not name or name == self.node:
                 continue
-            last = _time(spec.get("renewTime")) or _time(spec.get("acquireTime")) or _time(meta.get("creationTimestamp"))
-            limit = max(self.expiry, float(spec.get("leaseDurationSeconds") or 0))
-            if last is None or wall - last <= limit:
+            rv = str(meta.get("resourceVersion", ""))
+            record = (rv, str(spec.get("renewTime") or ""))
+            old = self._observed.get(name)
+            since = old[1] if old is not None and old[0] == record else mono  # changed (or new): watch it again
+            seen[name] = (record, since)
+            try:
+                duration = float(spec.get("leaseDurationSeconds") or 0)
+            except (TypeError, ValueError):
+                duration = 0.0
+            limit = max(self.expiry, duration)
+            if not rv or mono - since < limit:
                 continue
             try:
-                self.api.delete_lease(self.cfg.namespace, name, resource_version=str(meta.get("resourceVersion", "")))
+                self.api.delete_lease(self.cfg.namespace, name, resource_version=rv)
             except ApiError as exc:
                 if exc.status in (404, 409):  # gone already, or renewed in between: not ours to take
                     continue
                 raise
             freed = True
+            seen.pop(name, None)
             self.reclaimed += 1
-            log.warning("reclaimed the %s budget slot of %s: its Lease was not renewed for %.0fs (expiry %.0fs)",
-                        self.what, name, wall - last, limit)
+            log.warning("reclaimed the %s budget slot of %s: this agent saw its Lease unchanged for %.0fs (expiry %.0fs)",
+                        self.what, name, mono - since, limit)
+        self._observed = seen  # Leases no longer listed are forgotten (bounded by the quota)
         return freed
 
     def renew(self) -> bool:
@@ -170,12 +196,12 @@ class Budget:
         gone (reclaimed after our expiry, or collected): the slot is lost. May raise Wait/ApiError."""
         if not self.held or not self.expiry or not self.cfg.enabled:
             return True
-        wall = self.wall()
-        if wall - self._renewed < self.expiry / 6:
+        mono = self.mono()
+        if mono - self._renewed < self.expiry / 6:
             return True
         assert self.api is not None
         try:
-            self.api.patch_lease(self.cfg.namespace, self.node, {"spec": {"renewTime": micro_time_str(wall)}})
+            self.api.patch_lease(self.cfg.namespace, self.node, {"spec": {"renewTime": micro_time_str(self.wall())}})
         except ApiError as exc:
             if exc.status != 404:
                 raise
@@ -183,13 +209,13 @@ class Budget:
                       "the next step", self.what, self.node)
             self.held, self.state, self._absent = False, "idle", True
             return False
-        self._renewed = wall
+        self._renewed = mono
         return True
 
-    def _claimed(self, renewed: float = 0.0) -> bool:
-        """Holding a slot; `renewed`: the renewTime of the Lease just created (0: a Lease found, renew it soon)."""
+    def _claimed(self, created: bool = False) -> bool:
+        """Holding a slot; `created`: by the create just sent (its renewTime is now), else a Lease found (renew it soon)."""
         self.held, self.state, self._failures, self._absent = True, "held", 0, False
-        self._renewed = renewed
+        self._renewed = self.mono() if created else float("-inf")
         log.info("claimed a %s budget slot (lease %s/%s)", self.what, self.cfg.namespace, self.node)
         return True
 
@@ -229,8 +255,7 @@ class Budget:
     def _spec(self) -> dict[str, Any]:
         if not self.expiry:
             return {"holderIdentity": self.node}
-        self._sent = self.wall()
-        now = micro_time_str(self._sent)
+        now = micro_time_str(self.wall())
         return {"holderIdentity": self.node, "acquireTime": now, "renewTime": now,
                 "leaseDurationSeconds": int(self.expiry)}
 
@@ -271,12 +296,3 @@ class Budget:
         self.retry_at = now + wait * (1 - JITTER + 2 * JITTER * self._rng.random())
         return False
 
-
-def _time(value: Any) -> float | None:
-    """A metav1.Time or MicroTime as a wall time; None when absent or not one."""
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        return dt.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None

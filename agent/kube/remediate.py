@@ -7,9 +7,13 @@ tick. Nothing here is persisted: the ladder records its own step, and after a
 restart the slot is found again (a create of our own Lease answers 409, or 403
 with a full quota and a GET that finds it).
 
-- **Drain**: `Drainer` (drain.py), behind the drain's own token bucket
-  (``[kubernetes.drain] qps/burst``) so that evicting a hundred pods does not
-  starve the taint writer, and the other way round.
+- **Request budgets**: three client-side token buckets (each with its own
+  backoff), apart from the taint writer's: the drain's (``[kubernetes.drain]
+  qps/burst``), the disruption budget's and the fleet breaker's
+  (``[kubernetes.disruption_budget] qps/burst``), and the retire writes' and
+  events' (``[kubernetes.remediation_writes]``). A drain that has used up its
+  bucket never delays the release of the slot, a retire write or an event.
+- **Drain**: `Drainer` (drain.py), behind the drain's bucket.
 - **Disruption budget**: the same `Budget` as the taint budget, in its own
   namespace under its own ResourceQuota (``[kubernetes.disruption_budget]``):
   a wave of tainted-but-running nodes cannot stop a reboot, nor the other way
@@ -71,17 +75,25 @@ class KubeRemediation:
     def __init__(
         self, api: KubeApi, node: str, node_uid: str, cfg: KubernetesSection, *, namespace: str | None = None,
         wall: Callable[[], float] = time.time, rng: random.Random | None = None,
-        watched: Callable[[], list[dict[str, Any]] | None] | None = None,
+        watched: Callable[[], list[dict[str, Any]] | None] | None = None, mono: Callable[[], float] | None = None,
     ) -> None:
         self.node, self.node_uid, self.cfg, self.wall = node, node_uid, cfg, wall
         rng = rng or random.Random()
-        gate = Gate(qps=cfg.drain.qps, burst=cfg.drain.burst, backoff_max=cfg.backoff_max, now=api.clock(), rng=rng)
-        self.api = api.with_gate(gate)
+        self.mono = mono or api.clock  # the budget's expiry and renewals: this process's own monotonic clock
+
+        def gate(qps: float, burst: int) -> Gate:
+            return Gate(qps=qps, burst=burst, backoff_max=cfg.backoff_max, now=api.clock(), rng=rng)
+
+        # Three buckets (and backoffs): evicting a hundred pods never delays the slot's release, a retire
+        # write or an event, nor the other way round.
+        self.api = api.with_gate(gate(cfg.drain.qps, cfg.drain.burst))  # the drain
+        self.budget_api = api.with_gate(gate(cfg.disruption_budget.qps, cfg.disruption_budget.burst))
+        self.writes_api = api.with_gate(gate(cfg.remediation_writes.qps, cfg.remediation_writes.burst))
         ns = own_namespace() if namespace is None else namespace
         self.drainer = Drainer(self.api, node, cfg.drain, own_namespace=ns, rng=rng, watched=watched)
-        self.budget = Budget(self.api, cfg.disruption_budget, node, held=False, recheck=cfg.resync_interval, rng=rng,
-                             what="disruption", expiry=cfg.disruption_budget.expiry, wall=wall)
-        self.recorder = EventRecorder(self.api, node, burst=cfg.event_burst, refill=cfg.event_refill, now=api.clock())
+        self.budget = Budget(self.budget_api, cfg.disruption_budget, node, held=False, recheck=cfg.resync_interval,
+                             rng=rng, what="disruption", expiry=cfg.disruption_budget.expiry, wall=wall, mono=self.mono)
+        self.recorder = EventRecorder(self.writes_api, node, burst=cfg.event_burst, refill=cfg.event_refill, now=api.clock())
         self.label = cfg.taint_prefix + RETIRED_LABEL
         self.condition = cfg.condition_prefix + RETIRED_CONDITION
         self.progress: DrainProgress | None = None
@@ -135,8 +147,8 @@ class KubeRemediation:
             "reason": "RepeatedFailures" if retired else "Returned",
             "message": message[:256], "lastHeartbeatTime": rfc3339(self.wall()), "lastTransitionTime": rfc3339(self.wall()),
         }
-        self.api.patch_node_status(self.node, {"status": {"conditions": [cond]}})
-        self.api.patch_node(self.node, {"metadata": {"labels": {self.label: "true" if retired else None}}})
+        self.writes_api.patch_node_status(self.node, {"status": {"conditions": [cond]}})
+        self.writes_api.patch_node(self.node, {"metadata": {"labels": {self.label: "true" if retired else None}}})
         self.event("NodeRetired" if retired else "NodeReturned", message, warning=retired)
         log.warning("node %s %s: %s", self.node, "retired" if retired else "returned to service", message)
 

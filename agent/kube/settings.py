@@ -135,6 +135,20 @@ class DisruptionBudgetSection:
         "plus a boot of the slowest node.",
         duration=True, min=600,
     )
+    qps: float = opt(
+        0.2, "Client-side rate limit of the budget's and the fleet breaker's requests (their own bucket, apart from "
+        "the drain's and the retire writes'): sustained per second.", min=0.01, max=100,
+    )
+    burst: int = opt(6, "Client-side rate limit of the budget's and the breaker's requests: at once.", min=1, max=100)
+
+
+@dataclass(frozen=True)
+class RemediationWritesSection:
+    """The retire writes (condition, label) and the ladder's events: a bucket of their own."""
+
+    qps: float = opt(0.2, "Client-side rate limit of the retire writes and the remediation events: sustained per second.",
+                     min=0.01, max=100)
+    burst: int = opt(6, "Client-side rate limit of the retire writes and the remediation events: at once.", min=1, max=100)
 
 
 @dataclass(frozen=True)
@@ -237,6 +251,10 @@ class KubernetesSection:
     disruption_budget: DisruptionBudgetSection = field(
         default_factory=DisruptionBudgetSection,
         metadata={"doc": "Fleet-wide cap on nodes being drained, reset or rebooted (smaller than the taint budget)."},
+    )
+    remediation_writes: RemediationWritesSection = field(
+        default_factory=RemediationWritesSection,
+        metadata={"doc": "The retire writes and the remediation events (their own rate limit)."},
     )
     pods: PodWatchSection = field(
         default_factory=PodWatchSection, metadata={"doc": "The watch on this node's pods (when a check reads pods)."}

@@ -119,7 +119,11 @@ class Runner:
         self.ladder.paused = self._paused()
         try:
             self.ladder.tick(faults(snap.findings(), snap.samples()))
-        except (ApiError, Wait) as exc:
+        except Wait as exc:  # our own client-side rate limit or backoff: the API server said nothing
+            left = max(0.0, exc.until - time.monotonic())
+            log.info("remediation: waiting %.1fs for the client-side rate limit (no request sent); trying again then", left)
+            wait = max(MIN_GAP, min(wait, left))
+        except ApiError as exc:
             log.info("remediation: the API server said %s; trying again later", exc)
             wait = max(wait, API_RETRY)
         except Exception:  # the agent cannot crash; the step is tried again later

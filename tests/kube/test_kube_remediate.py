@@ -24,8 +24,9 @@ DISRUPTION_QUOTA = "node-health-disruption-budget"
 def remediation_settings(retry: float = 0.2) -> KubernetesSection:
     cfg = settings()
     drain = dataclasses.replace(cfg.drain, poll_interval=0.05, retry_interval=0.05, retry_max=0.2, qps=1000.0, burst=1000)
-    budget = dataclasses.replace(cfg.disruption_budget, retry_interval=retry)
-    return dataclasses.replace(cfg, drain=drain, disruption_budget=budget)
+    budget = dataclasses.replace(cfg.disruption_budget, retry_interval=retry, qps=1000.0, burst=1000)
+    writes = dataclasses.replace(cfg.remediation_writes, qps=1000.0, burst=1000)
+    return dataclasses.replace(cfg, drain=drain, disruption_budget=budget, remediation_writes=writes)
 
 
 def remediation(fake: FakeApiServer, tmp: Any, node: str = NODE, cfg: KubernetesSection | None = None,
@@ -173,7 +174,8 @@ def test_own_namespace(tmp_path: Any, env: dict[str, str], expected: str) -> Non
 
 
 class Wall:
-    """The agents' wall clock, moved by the test (renewTime and the expiry are wall times)."""
+    """The agents' clock, moved by the test: their wall clock (renewTime) and, by default, their monotonic one
+    (the renewals and the expiry)."""
 
     def __init__(self) -> None:
         self.t = 1_800_000_000.0
@@ -182,14 +184,24 @@ class Wall:
         return self.t
 
 
-def expiring(fake: FakeApiServer, tmp: Any, node: str, wall: Wall, expiry: float = 3600.0) -> KubeRemediation:
+class Offset:
+    """A clock `by` seconds apart from `base` (a skewed wall clock, or a monotonic clock of another origin)."""
+
+    def __init__(self, base: Wall, by: float) -> None:
+        self.base, self.by = base, by
+
+    def __call__(self) -> float:
+        return self.base.t + self.by
+
+
+def expiring(fake: FakeApiServer, tmp: Any, node: str, wall: Any, expiry: float = 3600.0, mono: Any = None) -> KubeRemediation:
     cfg = remediation_settings(retry=5.0)
     cfg = dataclasses.replace(cfg, disruption_budget=dataclasses.replace(cfg.disruption_budget, expiry=expiry))
     if not any(n["metadata"]["name"] == node for n in fake.objects("", "nodes")):
         fake.add_node(node)
     api = make_api(fake, str(tmp), cfg)
     return KubeRemediation(api, node, fake.node(node)["metadata"]["uid"], cfg, namespace="node-health",
-                           rng=random.Random(node), wall=wall)
+                           rng=random.Random(node), wall=wall, mono=mono or wall)
 
 
 def lease_names(fake: FakeApiServer) -> list[str]:
@@ -214,12 +226,45 @@ def test_an_expired_holder_is_reclaimed_and_a_live_one_never(fake: FakeApiServer
         assert live.renew_slot(wall.t), "a live holder keeps its slot"
         if got_at is None and waiter.claim_slot(wall.t):
             got_at = wall.t - start
-    assert got_at == 4200, "not before the expiry (1 h), at the first try after it"
+    assert got_at == 4200, "1 h after the waiter first saw it (its first try, at 600 s), at that try"
     assert lease_names(fake) == ["live", "waiter"] and waiter.budget.reclaimed == 1
     assert lease_deletes(fake, "live") == 0 and lease_deletes(fake, "dead") == 1
     assert not dead.renew_slot(wall.t), "the dead holder, back, learns that its slot is gone"
     assert not dead.claim_slot(wall.t), "and waits for one like any other node"
     assert fake.leases_held_peak(DISRUPTION_NS) == 2
+
+
+@pytest.mark.parametrize("holder_skew, waiter_skew", [(-7200.0, 0.0), (0.0, 7200.0), (-7200.0, 7200.0), (7200.0, -7200.0)])
+def test_hours_of_clock_skew_never_put_two_holders_in_one_slot(
+    fake: FakeApiServer, tmp_path: Any, holder_skew: float, waiter_skew: float,
+) -> None:
+    """Budget 1; the holder's wall clock 2 h behind (or ahead) and the waiter's 2 h ahead (or behind), their
+    monotonic clocks of different origins. The waiter never deletes the live holder's Lease, however old its
+    renewTime looks by the waiter's wall clock; once the holder stops renewing, the waiter takes the slot
+    one expiry after it saw the Lease last change, by its own clock, whatever the skew."""
+    fake.set_quota(DISRUPTION_NS, DISRUPTION_QUOTA, 1)
+    t = Wall()
+    holder = expiring(fake, tmp_path, "holder", Offset(t, holder_skew), mono=Offset(t, -1.7e9))
+    waiter = expiring(fake, tmp_path, "waiter", Offset(t, waiter_skew), mono=Offset(t, -1.8e9 + 12345.0))
+    assert holder.claim_slot(t.t)
+    for _ in range(36):  # six hours in steps of 10 minutes, the holder alive and renewing
+        t.t += 600
+        assert holder.renew_slot(t.t), "a live holder keeps its slot"
+        assert not waiter.claim_slot(t.t), "never a second holder in the one slot"
+        assert lease_names(fake) == ["holder"]
+    assert waiter.budget.reclaimed == 0 and lease_deletes(fake, "holder") == 0
+    assert fake.leases_held_peak(DISRUPTION_NS) == 1
+    died = t.t  # the holder dies: its Lease stops changing
+    got_at = None
+    for _ in range(18):
+        t.t += 600
+        if waiter.claim_slot(t.t):
+            got_at = t.t - died
+            break
+    # Not before the expiry; at most two of the waiter's retry waits (≤ resync_interval + 20 %) after it:
+    # one until it sees the last change, one after the expiry.
+    assert got_at is not None and 3600 <= got_at <= 3600 + 2 * 1200 * 1.2, got_at
+    assert lease_names(fake) == ["waiter"] and waiter.budget.reclaimed == 1
 
 
 def test_a_lease_renewed_since_it_was_read_is_not_deleted(fake: FakeApiServer, tmp_path: Any) -> None:
@@ -228,6 +273,7 @@ def test_a_lease_renewed_since_it_was_read_is_not_deleted(fake: FakeApiServer, t
     wall = Wall()
     slow, waiter = expiring(fake, tmp_path, "slow", wall), expiring(fake, tmp_path, "waiter", wall)
     assert slow.claim_slot(wall.t)
+    assert not waiter.claim_slot(wall.t)  # the waiter sees the Lease for the first time
     wall.t += 3601
 
     def renewed() -> None:  # the holder renews between the waiter's LIST and its DELETE
@@ -250,6 +296,7 @@ def test_a_lagging_watch_cache_never_costs_a_live_holder_its_slot(fake: FakeApiS
     wall = Wall()
     holder, waiter = expiring(fake, tmp_path, "holder", wall), expiring(fake, tmp_path, "waiter", wall)
     assert holder.claim_slot(wall.t)
+    assert not waiter.claim_slot(wall.t)  # the waiter sees the Lease for the first time
     fake.cluster.freeze_cache()  # the cache stops here: it keeps the claim's renewTime
     wall.t += 3000
     assert holder.renew_slot(wall.t)  # renewed in etcd, not in the cache
@@ -309,3 +356,34 @@ def test_a_deleted_node_frees_its_slot_at_once(fake: FakeApiServer, tmp_path: An
     fake.cluster.delete(("", "nodes", "", "gone"))
     wall.t += 60
     assert waiter.claim_slot(wall.t) and lease_names(fake) == ["waiter"] and waiter.budget.reclaimed == 0
+
+
+# ---------------------------------------------------------------- own request budgets (issue 23)
+
+
+def test_a_drain_that_used_up_its_bucket_never_delays_the_slot_release_or_the_retire_writes(
+    fake: FakeApiServer, tmp_path: Any,
+) -> None:
+    """Shipped rates (settings() raises only the taint writer's): a drain of 30 pods takes every token of its
+    bucket and is told to wait (client-side: no request sent); the disruption budget's Lease DELETE, the retire
+    writes and their event go out at once all the same, each through its own bucket."""
+    fake.set_quota(DISRUPTION_NS, DISRUPTION_QUOTA, 1)
+    shipped = KubernetesSection()
+    cfg = dataclasses.replace(settings(), drain=shipped.drain, disruption_budget=shipped.disruption_budget,
+                              remediation_writes=shipped.remediation_writes)
+    for i in range(30):
+        fake.add_pod("team-a", f"job-{i}", NODE, owner=("ReplicaSet", f"job-{i}"))
+    clock = Clock()
+    rem = remediation(fake, tmp_path, cfg=cfg, clock=clock)
+    assert rem.claim_slot(clock())
+    with pytest.raises(Wait):
+        for _ in range(100):
+            rem.drain(clock())
+    assert rem.api.gate.admit(clock()) > 0, "the drain's bucket is empty"
+    before = len(fake.log())
+    rem.release_slot(clock())  # no Wait: its own bucket
+    rem.set_retired(True, "two reboots did not cure XidCritical79")
+    sent = fake.log()[before:]
+    assert [(r.method, r.path.rsplit("/", 2)[-2:]) for r in sent if r.method == "DELETE"] == [("DELETE", ["leases", NODE])]
+    assert not lease_names(fake)
+    assert sum(1 for r in sent if r.method == "PATCH") == 2 and fake.events()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import threading
 
 from agentproc import wait_for
@@ -18,15 +20,19 @@ def snapshot(*findings):
     return store.snapshot()
 
 
-def test_a_tick_that_meets_an_api_error_or_a_wait_is_tried_again(tmp_path):
+def test_a_tick_that_meets_an_api_error_or_a_wait_is_tried_again(tmp_path, caplog):
     cluster = FakeCluster(fail=ApiError(429, "too many requests"))
     ladder = make(tmp_path, enforce(), cluster=cluster, host=FakeHost(enforce()))
     published = []
     runner = Runner(ladder, interval=10, publish_samples=published.append)
     snap = snapshot(finding("Xid79", "reboot"))
+    caplog.set_level(logging.INFO, logger="agent.remediation.runner")
     assert runner.step(snap) == 30.0 and ladder.step == "drain"
-    cluster.fail = Wait(0.0)
-    assert runner.step(snap) == 30.0
+    assert "the API server said 429" in caplog.text
+    caplog.clear()
+    cluster.fail = Wait(0.0)  # our own rate limit: tried again when the token is due (at least MIN_GAP)
+    assert runner.step(snap) == 1.0
+    assert "client-side rate limit (no request sent)" in caplog.text and "API server said" not in caplog.text
     cluster.fail = None
     assert runner.step(snap) == 10 and ladder.step == "rebooting"
     assert published and any(s.name == "node_health_remediation_step" and dict(s.labels) == {"step": "rebooting"}
