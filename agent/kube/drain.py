@@ -37,7 +37,7 @@ PDB through all of its retries (a multi-node drain wave: the pod is still
 there and still protected). So a 409 forces a fresh read of the node's pods
 (the next step lists again, or reads the open pod watch) and tries that pod
 again later: it is gone only when that read no longer shows its UID. The
-progress names the pods a budget refused and the PDBs that refused them
+progress names the pods a budget refused and the PDB that refused each
 (``blocked``, ``pdbs``), so the ladder can say why it holds. At ``timeout``
 the namespace's policy decides: ``wait`` keeps trying evictions, ``delete``
 deletes the pod with its own grace period (PDBs no longer hold).
@@ -71,16 +71,8 @@ class DrainProgress:
     evicted: int  # evictions accepted (201) in this drain so far
     blocked: tuple[str, ...]  # "ns/name" refused by a PDB (429) at the last attempt
     remaining: tuple[str, ...]  # "ns/name" still present and evictable
-    pdbs: tuple[str, ...] = ()  # "ns/name" of the PodDisruptionBudgets that refused the `blocked` pods (when named)
-
-    def held(self) -> str:
-        """The pods the drain could not move and why, in one sentence ("" when none is left)."""
-        if not self.remaining:
-            return ""
-        out = f"pods not moved: {', '.join(self.remaining[:10])}" + (f" and {len(self.remaining) - 10} more" if len(self.remaining) > 10 else "")
-        if self.blocked:
-            out += f"; refused by PodDisruptionBudget {', '.join(self.pdbs)}" if self.pdbs else "; refused by a PodDisruptionBudget"
-        return out
+    # "ns/pod" → "ns/pdb": the PodDisruptionBudget that refused each `blocked` pod, where its answer names it
+    pdbs: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -312,7 +304,7 @@ class Drainer:
         done = not evictable and not waiting
         if done:
             self._log_once("", "done", "node %s drained: %d pods evicted", self.node, d.evicted)
-        pdbs = tuple(sorted({d.refused_by[r] for r in blocked if r in d.refused_by}))
+        pdbs = {r: d.refused_by[r] for r in blocked if r in d.refused_by}
         return DrainProgress(done, timed_out and not done, d.evicted, blocked, tuple(evictable), pdbs)
 
     def _log_once(self, ref: str, state: str, msg: str, *args: Any) -> bool:

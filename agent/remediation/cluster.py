@@ -16,7 +16,7 @@ budget does not apply), retiring is the ladder's own record and a log line.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 log = logging.getLogger(__name__)
@@ -36,7 +36,7 @@ class Progress(Protocol):
     @property
     def remaining(self) -> tuple[str, ...]: ...
     @property
-    def pdbs(self) -> tuple[str, ...]: ...  # "ns/name" of the PodDisruptionBudgets that refused the blocked pods
+    def pdbs(self) -> dict[str, str]: ...  # "ns/pod" → "ns/pdb" that refused it (the blocked pods it names)
 
 
 class Cluster(Protocol):
@@ -57,7 +57,7 @@ class Drained:
     evicted: int = 0
     blocked: tuple[str, ...] = ()
     remaining: tuple[str, ...] = ()
-    pdbs: tuple[str, ...] = ()
+    pdbs: dict[str, str] = field(default_factory=dict)
 
 
 class NoCluster:
