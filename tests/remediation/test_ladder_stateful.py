@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 from remediation_support import CATALOG, FakeHost, Users, enforce, fault_list, finding
@@ -69,10 +69,12 @@ FAULTS = {
 AFTER = {"reboot": 600.0, "reset_gpu": 120.0, "rma": 600.0, "drain_and_diagnose": 600.0}
 
 SETTINGS = settings(
-    max_examples=int(os.environ.get("NHA_LADDER_EXAMPLES", "60")),
-    stateful_step_count=int(os.environ.get("NHA_LADDER_STEPS", "40")),
+    max_examples=int(os.environ.get("NHA_LADDER_EXAMPLES", "80")),
+    stateful_step_count=int(os.environ.get("NHA_LADDER_STEPS", "50")),
     derandomize=True, database=None, deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+    # NHA_LADDER_NO_SHRINK=1: report the first failing sequence as found (for checking many reverts quickly)
+    phases=[Phase.explicit, Phase.generate] if os.environ.get("NHA_LADDER_NO_SHRINK") else list(Phase),
 )
 
 
@@ -104,7 +106,11 @@ class World:
     held: bool = False  # this node holds a slot
     retired: bool = False  # the Node carries the retired label
     crash_in: int | None = None  # seam calls until the process dies
+    crash_at: str = ""  # the seam where the process dies next
     api_error: tuple[int, Any] | None = None  # (cluster calls until it, the error)
+    flaky: tuple[int, Any] | None = None  # (every n-th cluster call fails, the error) until the API heals
+    calls: int = 0
+    fail_on: dict[str, Any] = field(default_factory=dict)  # cluster call → the error its next request gets
     reboots: list[float] = field(default_factory=list)  # real times of reboot commands that ran
     resets: list[tuple[int, str]] = field(default_factory=list)  # (boot, uuid) of resets that ran
     violations: list[str] = field(default_factory=list)
@@ -129,6 +135,9 @@ class World:
     # ------------------------------------------------------------ seams
 
     def seam(self, where: str) -> None:
+        if where == self.crash_at:
+            self.crash_at = ""
+            raise Killed(where)
         if self.crash_in is not None:
             self.crash_in -= 1
             if self.crash_in <= 0:
@@ -136,8 +145,11 @@ class World:
                 raise Killed(where)
 
     def api(self, where: str) -> None:
-        if self.pause_in_call:
-            self.pause_in_call, self.paused = False, True
+        self.calls += 1
+        if where in self.fail_on:
+            raise self.fail_on.pop(where)
+        if self.flaky is not None and self.calls % self.flaky[0] == 0:
+            raise self.flaky[1]
         if self.api_error is not None:
             n, exc = self.api_error
             if n <= 1:
@@ -145,6 +157,11 @@ class World:
                 raise exc
             self.api_error = (n - 1, exc)
         self.seam(where)
+
+    def answered(self) -> None:
+        """A cluster call has done its work: a kill switch set to flip during it is paused from now on."""
+        if self.pause_in_call:
+            self.pause_in_call, self.paused = False, True
 
     def violate(self, what: str) -> None:
         self.violations.append(f"real {self.real:.0f}s, wall {self.wall():.0f}, {self.boot_id}: {what}")
@@ -263,6 +280,7 @@ class SimCluster:
 
     def plan_drain(self, only_pod_uids: frozenset[str] | None = None) -> list[str]:
         self.w.api("plan_drain")
+        self.w.answered()
         return sorted(self.w.pods)
 
     def drain(self, now: float, only_pod_uids: frozenset[str] | None = None) -> SimProgress:
@@ -281,16 +299,19 @@ class SimCluster:
         done = not left
         self.last = SimProgress(done, not done and now - self.started >= DRAIN_TIMEOUT, self.evicted, left, left,
                                 {p: "ml/db" for p in left})
+        self.w.answered()
         return self.last
 
     def claim_slot(self, now: float) -> bool:
         self.w.api("claim_slot")
         if not self.w.held and self.w.others + 1 <= self.w.budget:
             self.w.held = True
+        self.w.answered()
         return self.w.held
 
     def renew_slot(self, now: float) -> bool:
         self.w.api("renew_slot")
+        self.w.answered()
         return self.w.held
 
     def slot_wait(self) -> str:
@@ -299,10 +320,12 @@ class SimCluster:
     def release_slot(self, now: float) -> None:
         self.w.api("release_slot")
         self.w.held = False
-        self.started, self.last = None, None
+        self.started, self.last, self.evicted = None, None, 0
+        self.w.answered()
 
     def node_retired(self) -> bool | None:
         self.w.api("node_retired")
+        self.w.answered()
         return self.w.retired
 
     def set_retired(self, retired: bool, message: str) -> None:
@@ -310,9 +333,11 @@ class SimCluster:
         if retired:
             self.w.act("set_retired")
         self.w.retired = retired
+        self.w.answered()
 
     def event(self, reason: str, message: str, warning: bool = False) -> None:
         self.w.api("event")
+        self.w.answered()
 
 
 class SimState(StateDir):
@@ -345,6 +370,15 @@ def _kwargs(world: World) -> dict[str, Any]:
 
 
 class LadderMachine(RuleBasedStateMachine):
+    """Every rule; the focused machines below keep the rules that matter to one promise (a deeper search
+    for the same number of steps)."""
+
+    FOCUS: frozenset[str] | None = None
+    START_FAULTS: tuple[str | None, ...] = (None, *sorted(FAULTS))
+
+    def allows(self, rule_name: str) -> bool:
+        return self.w is not None and (self.FOCUS is None or rule_name in self.FOCUS)
+
     def __init__(self) -> None:
         super().__init__()
         self.dir = tempfile.mkdtemp(prefix="ladder-sm-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)  # fsync is cheap there
@@ -402,8 +436,11 @@ class LadderMachine(RuleBasedStateMachine):
     # ------------------------------------------------------------ setup
 
     @initialize(mode=st.sampled_from(["enforce", "enforce", "enforce", "observe", "dry_run"]),
-                max_per_day=st.sampled_from([1, 2]), budget=st.sampled_from([1, 2]))
-    def setup(self, mode: str, max_per_day: int, budget: int) -> None:
+                max_per_day=st.sampled_from([1, 2]), budget=st.sampled_from([1, 2]),
+                fault=st.data(), pdb_refuses=st.booleans())
+    def setup(self, mode: str, max_per_day: int, budget: int, fault: Any = None, pdb_refuses: bool = False) -> None:
+        if fault is not None and not isinstance(fault, str):  # drawn: from the faults this machine starts with
+            fault = fault.draw(st.sampled_from(self.START_FAULTS))
         timing = {"reboot_after": "10m", "reset_gpu_after": "2m", "rma_after": "10m", "drain_after": "10m",
                   "gpu_reset": {"busy_timeout": "10m"}}
         reboot = {"min_uptime": "30m", "settle": "10m", "max_per_day": max_per_day}
@@ -411,17 +448,37 @@ class LadderMachine(RuleBasedStateMachine):
             cfg = rsettings(mode="observe", actions=["drain", "reset_gpu", "reboot", "retire"], reboot=reboot, **timing)
         else:
             cfg = enforce(reboot=reboot, **timing)
-        self.w = World(cfg, mode, budget=budget)
+        self.w = World(cfg, mode, budget=budget, pdb_refuses=pdb_refuses)
+        for name in (fault or "").split("+"):  # "a+b": both stand from the start
+            if name:
+                self.w.present[name] = 0.0
         self.start()
         self.tick()
 
     # ------------------------------------------------------------ time
 
+    @precondition(lambda self: self.allows("advance"))
     @rule(dt=st.sampled_from([1.0, 10.0, 30.0, 60.0, 150.0, 600.0, 1800.0, 3600.0, 4 * 3600.0]))
     def advance(self, dt: float) -> None:
         self.world.real += dt
         self.tick()
 
+    @precondition(lambda self: self.allows("time_passes"))
+    @rule(dt=st.sampled_from([300.0, 600.0, 900.0, 1800.0]))
+    def time_passes(self, dt: float) -> None:
+        """(Time is what the ladder waits on: a second rule for it makes a long wait as likely as an interruption.)"""
+        self.world.real += dt
+        self.tick()
+
+    @precondition(lambda self: self.allows("run_for"))
+    @rule(ticks=st.integers(2, 15))
+    def run_for(self, ticks: int) -> None:
+        """Minutes pass, one tick a minute (as the runner's interval would have it)."""
+        for _ in range(ticks):
+            self.world.real += 60.0
+            self.tick()
+
+    @precondition(lambda self: self.allows("step_wall_clock"))
     @rule(step=st.one_of(st.sampled_from([3600.0, -3600.0, DAY, -DAY, 8 * DAY]),
                          st.floats(-30 * DAY, 30 * DAY, allow_nan=False)))
     def step_wall_clock(self, step: float) -> None:
@@ -430,17 +487,19 @@ class LadderMachine(RuleBasedStateMachine):
 
     # ------------------------------------------------------------ faults and the host
 
+    @precondition(lambda self: self.allows("fault_appears"))
     @rule(name=st.sampled_from(sorted(FAULTS)))
     def fault_appears(self, name: str) -> None:
         self.world.present.setdefault(name, self.world.real)
         self.tick()
 
+    @precondition(lambda self: self.allows("fault_clears"))
     @rule(name=st.sampled_from(sorted(FAULTS)))
     def fault_clears(self, name: str) -> None:
         self.world.present.pop(name, None)
         self.tick()
 
-    @precondition(lambda self: self.w is not None and self.w.pending_reboot)
+    @precondition(lambda self: self.allows("the_reboot_happens") and self.w is not None and self.w.pending_reboot)
     @rule(cures=st.booleans(), after=st.sampled_from([30.0, 300.0]))
     def the_reboot_happens(self, cures: bool, after: float) -> None:
         w = self.world
@@ -449,6 +508,7 @@ class LadderMachine(RuleBasedStateMachine):
         self.ladder = None
         self.tick()
 
+    @precondition(lambda self: self.allows("power_cycle"))
     @rule(cures=st.booleans())
     def power_cycle(self, cures: bool) -> None:
         """A reboot nobody asked for (power, an operator): a new boot."""
@@ -457,31 +517,45 @@ class LadderMachine(RuleBasedStateMachine):
         self.ladder = None
         self.tick()
 
+    @precondition(lambda self: self.allows("mig_state"))
     @rule(mig=st.sampled_from([False, True, None]))
     def mig_state(self, mig: bool | None) -> None:
         self.world.mig = mig
 
+    @precondition(lambda self: self.allows("reboot_command"))
     @rule(ok=st.booleans())
     def reboot_command(self, ok: bool) -> None:
         self.world.reboot_cmd_ok = ok
 
+    @precondition(lambda self: self.allows("verification"))
     @rule(ok=st.booleans())
     def verification(self, ok: bool) -> None:
         self.world.verify_ok = ok
 
     # ------------------------------------------------------------ the agent's process
 
+    @precondition(lambda self: self.allows("crash_soon"))
     @rule(n=st.integers(1, 8))
     def crash_soon(self, n: int) -> None:
         """The process dies at the n-th seam from now (a command, a cluster call, a state write)."""
         self.world.crash_in = n
         self.tick()
 
+    @precondition(lambda self: self.allows("crash_at"))
+    @rule(where=st.sampled_from(["reset:before", "reset:after", "reboot:before", "reboot:after", "verify",
+                                 f"write {RECORD_FILE.name}:after", "drain", "release_slot", "set_retired"]))
+    def crash_at_seam(self, where: str) -> None:
+        """The process dies at this seam the next time it gets there."""
+        self.world.crash_at = where
+        self.tick()
+
+    @precondition(lambda self: self.allows("restart"))
     @rule()
     def restart(self) -> None:
         self.ladder = None
         self.tick()
 
+    @precondition(lambda self: self.allows("foreign_record"))
     @rule()
     def foreign_record(self) -> None:
         """The state dir of another boot (a cloned disk, a restored backup): an episode well under way."""
@@ -511,6 +585,7 @@ class LadderMachine(RuleBasedStateMachine):
 
     # ------------------------------------------------------------ the cluster
 
+    @precondition(lambda self: self.allows("api_error_soon"))
     @rule(status=st.sampled_from([409, 429, 500, 0]), n=st.integers(1, 4))
     def api_error_soon(self, status: int, n: int) -> None:
         """The n-th cluster request from now fails (0: the client's own rate limit, `Wait`)."""
@@ -518,31 +593,60 @@ class LadderMachine(RuleBasedStateMachine):
         self.world.api_error = (n, exc)
         self.tick()
 
+    @precondition(lambda self: self.allows("api_flaky"))
+    @rule(status=st.sampled_from([409, 429, 500, 0]), every=st.integers(2, 4))
+    def api_flaky(self, status: int, every: int) -> None:
+        """From now on every n-th cluster request fails, until the API heals."""
+        exc: Exception = Wait(0.0) if status == 0 else ApiError(status, f"flaky {status}", reason="Injected")
+        self.world.flaky = (every, exc)
+        self.tick()
+
+    @precondition(lambda self: self.allows("api_error_on"))
+    @rule(call=st.sampled_from(["drain", "claim_slot", "renew_slot", "release_slot", "set_retired", "node_retired",
+                                "event"]), status=st.sampled_from([409, 429, 500, 0]))
+    def api_error_on(self, call: str, status: int) -> None:
+        """The next request of this kind fails (the slot's release at retirement, the retired label, ...)."""
+        exc: Exception = Wait(0.0) if status == 0 else ApiError(status, f"injected {status}", reason="Injected")
+        self.world.fail_on[call] = exc
+        self.tick()
+
+    @precondition(lambda self: self.allows("api_heals"))
+    @rule()
+    def api_heals(self) -> None:
+        self.world.flaky = None
+        self.tick()
+
+    @precondition(lambda self: self.allows("kill_switch"))
     @rule(paused=st.booleans())
     def kill_switch(self, paused: bool) -> None:
         self.world.paused = paused
         self.tick()
 
+    @precondition(lambda self: self.allows("kill_switch_flips_during_the_next_call"))
     @rule()
     def kill_switch_flips_during_the_next_call(self) -> None:
         self.world.pause_in_call = True
         self.tick()
 
+    @precondition(lambda self: self.allows("pdb"))
     @rule(refuses=st.booleans())
     def pdb(self, refuses: bool) -> None:
         self.world.pdb_refuses = refuses
         self.tick()
 
+    @precondition(lambda self: self.allows("pods_scheduled"))
     @rule()
     def pods_scheduled(self) -> None:
         if not self.world.retired:
             self.world.pods |= {"ml/a", "ml/db-0"}
 
+    @precondition(lambda self: self.allows("other_nodes_hold"))
     @rule(others=st.integers(0, 2))
     def other_nodes_hold(self, others: int) -> None:
         w = self.world
         w.others = min(others, w.budget - (1 if w.held else 0))
 
+    @precondition(lambda self: self.allows("slot_expired"))
     @rule()
     def slot_expired(self) -> None:
         """This node's Lease expired (not renewed in time) and another node took the slot."""
@@ -585,6 +689,13 @@ class LadderMachine(RuleBasedStateMachine):
             assert (w.boot_n, UUID0) in w.resets, f"reset recorded as done in {w.boot_id} ({told}, {cured}) but none ran"
 
     @invariant()
+    def a_retired_node_gives_its_slot_back(self) -> None:
+        """A retirement is final: its slot's release is retried until done (a clean tick releases it)."""
+        w = self.w
+        if w is not None and w.clean and self.ladder is not None and self.ladder.rec.retired is not None:
+            assert not w.held, "retired, and the disruption slot is still held after a tick without errors"
+
+    @invariant()
     def an_overdue_reboot_gives_its_slot_back(self) -> None:
         """Asked for, never happened: past the overdue time the slot is released (not renewed forever)."""
         w = self.w
@@ -594,8 +705,53 @@ class LadderMachine(RuleBasedStateMachine):
             assert not w.held, f"slot still held {w.real - w.reboots[-1]:.0f}s after a reboot that never happened"
 
 
+TIME = frozenset({"advance", "time_passes", "run_for"})
+
+
+class RetireMachine(LadderMachine):
+    """Retirement and the records around it (issue 23 item 1): interrupted, refused, restarted, rebooted."""
+
+    FOCUS = TIME | {"crash_soon", "crash_at", "restart", "api_error_soon", "api_error_on", "api_flaky", "api_heals", "power_cycle",
+                    "the_reboot_happens", "fault_appears", "fault_clears", "reboot_command"}
+    START_FAULTS: tuple[str | None, ...] = ("rma", "reboot")
+
+
+class PdbMachine(LadderMachine):
+    """A PodDisruptionBudget that refuses, under on_timeout = "wait" (item 3)."""
+
+    FOCUS = TIME | {"pdb", "pods_scheduled", "crash_soon", "restart", "api_error_soon", "the_reboot_happens",
+                    "fault_appears", "fault_clears"}
+    START_FAULTS: tuple[str | None, ...] = ("reboot", "reset", "rma")
+
+
+class ClockMachine(LadderMachine):
+    """Wall-clock steps of an hour, a day, a week or anything (item 6)."""
+
+    FOCUS = TIME | {"step_wall_clock", "fault_appears", "fault_clears", "the_reboot_happens", "power_cycle",
+                    "restart", "crash_soon", "reboot_command"}
+    START_FAULTS: tuple[str | None, ...] = ("reboot", "reset", "rma")
+
+
+class FailClosedMachine(LadderMachine):
+    """MIG unreadable, the kill switch flipped mid-tick, deaths mid-reset and mid-reboot, several reset Xids (item 7)."""
+
+    FOCUS = TIME | {"mig_state", "kill_switch", "kill_switch_flips_during_the_next_call", "crash_soon", "crash_at", "restart",
+                    "verification", "fault_appears", "fault_clears", "the_reboot_happens", "reboot_command",
+                    "other_nodes_hold", "slot_expired"}
+    START_FAULTS: tuple[str | None, ...] = ("reset", "reset+reset2", "reboot")  # two reset-type Xids on one GPU
+
+
 TestLadderStateful = LadderMachine.TestCase
 TestLadderStateful.settings = SETTINGS
+FOCUSED = settings(SETTINGS, max_examples=int(os.environ.get("NHA_LADDER_FOCUSED_EXAMPLES", "40")))
+TestRetireStateful = RetireMachine.TestCase
+TestRetireStateful.settings = FOCUSED
+TestPdbStateful = PdbMachine.TestCase
+TestPdbStateful.settings = FOCUSED
+TestClockStateful = ClockMachine.TestCase
+TestClockStateful.settings = FOCUSED
+TestFailClosedStateful = FailClosedMachine.TestCase
+TestFailClosedStateful.settings = FOCUSED
 
 
 def test_the_simulation_can_fail() -> None:
