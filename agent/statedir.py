@@ -80,6 +80,8 @@ class StateDir:
 
     def lock(self) -> None:
         """Take the exclusive lock (held until the process exits)."""
+        if self.read_only:
+            raise StateDirError(f"state dir {self.path}: opened read-only, never locked")
         fd = os.open(os.path.join(self.path, "agent.lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

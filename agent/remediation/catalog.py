@@ -23,7 +23,8 @@ REASONS: tuple[Reason, ...] = (
         "RemediationHeld",
         Severity.WARNING,
         "A remediation step is held by a guard: minimum uptime, the reboots-per-day cap, processes still on the GPU, "
-        "a damaged record, or a requested reboot that has not happened (the message says which).",
+        "pods the drain could not move (named, with their PodDisruptionBudget), a damaged or unreadable record, or a "
+        "requested reboot that has not happened (the message says which).",
         family=F,
         action="none",  # the ladder's own state: never a cause for another step
     ),
@@ -55,7 +56,8 @@ METRICS: tuple[MetricSpec, ...] = (
     ),
     MetricSpec(
         "node_health_remediation_actions_total", "counter",
-        "Remediation actions done by this agent process, by action (drain, reset_gpu, reboot, retire, power_off) and result (ok, failed).",
+        "Remediation actions done by this agent process, by action (drain, reset_gpu, reboot, retire, power_off) and result (ok, failed; drain: forced, past pods "
+        "it could not move after force_after). Never moves in observe mode or dry run.",
         L,
     ),
     MetricSpec(
@@ -66,7 +68,7 @@ METRICS: tuple[MetricSpec, ...] = (
     ),
     MetricSpec(
         "node_health_remediation_waiting", "gauge",
-        "1 while the ladder waits, by what it waits on (slot, uptime, daily_cap, gpu_busy, reboot, record).",
+        "1 while the ladder waits, by what it waits on (slot, uptime, daily_cap, gpu_busy, drain, reboot, record).",
         ("on",),
     ),
     MetricSpec(

@@ -132,8 +132,11 @@ class Ladder:
         if self.suspect is None:
             self.suspect = set(self.present) if self.damaged else set()
             if self.suspect:
-                log.error("remediation record was damaged: no reboot for the faults standing now (%s)", ", ".join(sorted(self.suspect)))
+                log.error("remediation record was damaged: nothing is done for the faults standing now (%s)", ", ".join(sorted(self.suspect)))
         self.suspect &= set(self.present)
+        if self.suspect:  # a record that could not be read never leads to an action: nothing for those faults
+            self._wait("record", f"the remediation record was damaged: nothing is done for {', '.join(sorted(self.suspect))}, "
+                       "which stood before it was lost (until it clears)")
         if self.rec.unretire and self._cause("retire") is None:  # observe, dry run, kill switch: not yet
             self.cluster.set_retired(False, "un-retired by an operator (agent remediation unretire)")  # + its event
             log.warning("remediation: the node was un-retired by an operator; reboot history cleared")
@@ -221,13 +224,24 @@ class Ladder:
             self._save()
 
     def _other_boot(self) -> None:
-        """An episode's times of another boot start their waits again (later, never sooner)."""
+        """An episode of another boot never shortens a wait. Before its act (claim, drain, reset, hold, reboot,
+        retire) or after a reset, it is dropped (its slot released): the fault, if it stands here, stands its
+        time in this boot first (a cloned disk, a restored state dir, a reboot nobody asked for). After a
+        requested reboot ("rebooting": `_rebooting` sees the new boot) it goes on; settle starts again."""
         ep = self.rec.episode
         if ep is None or ep.step_boot == self.boot or ep.step == "rebooting":
             return
-        log.info("remediation: the record's %s step was timed in another boot; its waits start again", ep.step)
-        self.rec.episode = replace(ep, step_at=self.now, step_boot=self.boot,
-                                   retry_at=self.now + REBOOT_RETRY if ep.retry_at else 0.0)
+        if ep.step in ("settle", "release"):
+            log.info("remediation: the record's %s step was timed in another boot; its wait starts again", ep.step)
+            self.rec.episode = replace(ep, step_at=self.now, booted_at=self.now, step_boot=self.boot)
+            self._save()
+            return
+        log.warning("remediation: the record's episode for %s (at %s) is of another boot: it starts again in this "
+                    "one, after the fault has stood its time here", ep.key, ep.step)
+        if ep.slot:
+            self.cluster.release_slot(self.now)  # ApiError/Wait: the record is unchanged, tried again
+        self.rec.episode = None
+        self.failed = {}
         self._save()
 
     def _stood(self) -> None:
@@ -258,6 +272,7 @@ class Ladder:
                 log.warning("%s came back after the reboot of %s: an uncured reboot", key, _utc(last.at))
         handled = {k: b for k, b in self.rec.handled.items() if k in self.present and b == self.boot}
         resets = {k: b for k, b in self.rec.resets.items() if b == self.boot}
+        self.rec.reset_counts = {k: n for k, n in self.rec.reset_counts.items() if k in resets}
         window = self.cfg.retire.window
         reboots = [r for r in self.rec.reboots if self._since(r.boot_id, r.up, r.at) <= window]
         if changed or handled != self.rec.handled or resets != self.rec.resets or len(reboots) != len(self.rec.reboots):
@@ -298,7 +313,7 @@ class Ladder:
     def _start(self) -> None:
         due = []
         for f in self.present.values():
-            if f.key in self.rec.handled:
+            if f.key in self.rec.handled or f.key in (self.suspect or ()):
                 continue
             after = {"reset_gpu": self.cfg.reset_gpu_after, "reboot": self.cfg.reboot_after,
                      "drain_and_diagnose": self.cfg.drain_after, "rma": self.cfg.rma_after}[f.action]
@@ -311,9 +326,9 @@ class Ladder:
                      step_at=self.now, uuid=f.uuid, gpu=f.gpu, pci=f.pci, scope="gpu" if f.action == "reset_gpu" else "node",
                      step_boot=self.boot)
         log.warning("remediation: %s (%s) has stood %.0fs: %s", f.key, f.action, self.now - self.first_seen[f.key], f.message)
-        if f.action == "reset_gpu" and f.uuid and self.rec.resets.get(f.uuid) == self.boot:
-            ep.action, ep.scope = "reboot", "node"  # one reset per GPU per boot: as a failed reset does
-            ep.note = f"{f.key}: GPU {f.uuid} was reset once in this boot already (at most one reset per GPU per boot)"
+        if f.action == "reset_gpu" and f.uuid and self._resets(f.uuid) >= self.cfg.gpu_reset.max_per_boot:
+            ep.action, ep.scope = "reboot", "node"  # the resets of this GPU in this boot are spent: as a failed reset
+            ep.note = f"{f.key}: {self._spent(f.uuid)}"
             log.error("remediation: %s; escalating to a reboot", ep.note)
             self._event("RemediationEscalated", f"{ep.note}; escalating to a reboot", warning=True)
         self.rec.episode = ep
@@ -340,7 +355,10 @@ class Ladder:
         """A stronger fault arrived before the act: it takes the episode over (a reboot cures a reset fault too)."""
         if ep.step not in ("claim", "drain", "reset_gpu", "hold"):
             return False
-        best = min(self.present.values(), key=lambda f: (-RANK[EPISODE[f.action]], f.key))
+        options = [f for f in self.present.values() if f.key not in (self.suspect or ())]
+        if not options:
+            return False
+        best = min(options, key=lambda f: (-RANK[EPISODE[f.action]], f.key))
         if RANK[EPISODE[best.action]] > RANK[ep.action]:
             log.warning("remediation: %s (%s) takes over from %s (%s)", best.key, best.action, ep.key, ep.action)
             ep.key, ep.action, ep.subject, ep.scope = best.key, EPISODE[best.action], best.subject, "node"
@@ -409,8 +427,8 @@ class Ladder:
         gr = self.cfg.gpu_reset
         if not ep.uuid:
             return self._escalate(ep, f"the UUID of {ep.subject} is unknown: cannot reset it")
-        if self.rec.resets.get(ep.uuid) == self.boot:
-            return self._escalate(ep, f"GPU {ep.uuid} was reset once in this boot already (at most one reset per GPU per boot)")
+        if self._resets(ep.uuid) >= gr.max_per_boot:
+            return self._escalate(ep, self._spent(ep.uuid))
         mig = self.host.gpu_mig(ep.uuid)
         if mig is None and not gr.allow_mig:  # fail closed: what cannot be read is MIG
             return self._escalate(ep, f"the MIG mode of GPU {ep.uuid} cannot be read (nvidia-smi failed or hung): "
@@ -428,6 +446,7 @@ class Ladder:
             return False
         # Persisted first, with the GPU's one reset of this boot spent: a restart mid-reset verifies the GPU and
         # escalates (whether the reset ran is unknown: never assumed), it never resets twice.
+        self.rec.reset_counts[ep.uuid] = self._resets(ep.uuid) + 1
         self.rec.resets[ep.uuid] = self.boot
         ep.boot_id = self.boot
         self._go(ep, "resetting")
@@ -439,6 +458,15 @@ class Ladder:
         self._event("GpuReset", f"{ep.key}: GPU {ep.uuid} reset; verifying")
         ep.reset_at = self.mono()  # the Xids of that GPU before this moment are what the reset cured
         return self._go(ep, "verify")
+
+    def _resets(self, uuid: str) -> int:
+        """Resets of this GPU in this boot (verified, failed or of unknown outcome)."""
+        return self.rec.reset_counts.get(uuid, 1) if self.rec.resets.get(uuid) == self.boot else 0
+
+    def _spent(self, uuid: str) -> str:
+        n = self._resets(uuid)
+        return (f"GPU {uuid} was reset {n} time{'s' if n > 1 else ''} in this boot already "
+                f"(gpu_reset.max_per_boot = {self.cfg.gpu_reset.max_per_boot})")
 
     def _resetting(self, ep: Episode) -> bool:
         """Resumed with a reset under way: it may or may not have run. The GPU is verified, and the reset is
@@ -550,7 +578,7 @@ class Ladder:
         return False
 
     def _retire(self, ep: Episode) -> bool:
-        if self._blocked(ep, "retire"):
+        if self._blocked(ep, "retire", fresh=True):
             return False
         why = ep.note or f"{ep.key} needs hardware (action rma)"
         # the condition, the label and the NodeRetired event (the contract's set_retired)
@@ -569,12 +597,13 @@ class Ladder:
         return False
 
     def _retired(self, r: Retired) -> None:
-        if self.cfg.retire.command and not r.command_done and not self._cause("retire"):
+        if self.cfg.retire.command and not r.command_done and not self._cause("retire") and self.go_ahead() is None:
             r.command_done = True  # recorded first: run once, even if the agent dies while it runs
             self._save()
             self._ran("retire", self.host.retire_command())
         off = self.cfg.retire.power_off_after
-        if off > 0 and not r.powered_off and self._since(r.boot_id, r.up, r.at) >= off and not self._cause("retire"):
+        if (off > 0 and not r.powered_off and self._since(r.boot_id, r.up, r.at) >= off and not self._cause("retire")
+                and self.go_ahead() is None):
             r.powered_off = True
             self._save()
             log.error("powering the retired node off (%.0fs after it was retired)", off)

@@ -86,6 +86,7 @@ class Record:
     # GPU UUID -> boot id of its reset (verified, failed or of unknown outcome): at most one reset per GPU per
     # boot; another reset fault of that GPU in the same boot escalates to a reboot
     resets: dict[str, str] = field(default_factory=dict)
+    reset_counts: dict[str, int] = field(default_factory=dict)  # GPU UUID -> resets in its boot of `resets` (absent: 1)
     unretire: bool = False  # an operator un-retired the node (agent remediation unretire): clear the cluster's mark
     # How long each fault has stood: fault key -> wall time first seen, in the boot `seen_boot`. Persisted so
     # that a restart neither resets nor shortens the wait; another boot's (or a lost record's) starts it again.
@@ -108,6 +109,7 @@ class Record:
             "retired": asdict(self.retired) if self.retired else None,
             "handled": dict(self.handled),
             "resets": dict(self.resets),
+            "reset_counts": dict(self.reset_counts),
             "unretire": self.unretire,
             "seen": dict(self.seen),
             "seen_boot": self.seen_boot,
@@ -163,11 +165,13 @@ def parse(raw: Any) -> Record:
     reboots = [_reboot(r, f"reboots[{i}]") for i, r in enumerate(seq(d.get("reboots", []), "reboots"))]
     handled = {k: text(v, f"handled.{k}") for k, v in obj(d.get("handled", {}), "handled").items()}
     resets = {k: text(v, f"resets.{k}") for k, v in obj(d.get("resets", {}), "resets").items()}
+    counts = {k: integer(v, f"reset_counts.{k}") for k, v in obj(d.get("reset_counts", {}), "reset_counts").items()}
     seen = {k: number(v, f"seen.{k}") for k, v in obj(d.get("seen", {}), "seen").items()}
     boots = [(text(obj(b, f"boots[{i}]").get("boot_id"), f"boots[{i}].boot_id"), number(b.get("up"), f"boots[{i}].up"))
              for i, b in enumerate(seq(d.get("boots", []), "boots"))]
     return Record(_episode(d.get("episode")), reboots, _retired(d.get("retired")), handled, resets,
-                  flag(d.get("unretire", False), "unretire"), seen, text(d.get("seen_boot", ""), "seen_boot"), boots)
+                  counts, flag(d.get("unretire", False), "unretire"), seen, text(d.get("seen_boot", ""), "seen_boot"),
+                  boots)
 
 
 RECORD_FILE = StateFile(FILE, parse)

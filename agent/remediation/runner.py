@@ -181,7 +181,12 @@ class KubeSide:
         self._get().set_retired(retired, message)
 
     def node_retired(self) -> bool | None:
-        return self._get().node_retired()
+        """From the reconciler's copy of the Node (read at its start, kept by its watch): no extra request."""
+        real = self._get()
+        obj = self.kube.reconciler.node.obj
+        if obj is None:
+            return real.node_retired()
+        return ((obj.get("metadata") or {}).get("labels") or {}).get(real.label) == "true"
 
     def event(self, reason: str, message: str, warning: bool = False) -> None:
         self._get().event(reason, message, warning)

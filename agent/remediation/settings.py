@@ -103,6 +103,10 @@ class GpuResetSection:
         30.0, "Verify a reset GPU with a burn of this long (agent burn; skipped where no burn backend is present); "
         "0: NVML's view alone.", duration=True, min=0,
     )
+    max_per_boot: int = opt(
+        1, "At most this many resets of one GPU in one boot, whatever the fault; then its reset faults escalate to "
+        "a reboot (a reset of unknown outcome counts).", min=1, max=10,
+    )
     busy_timeout: float = opt(
         600.0, "How long processes may stay on the GPU after its drain; then the fault escalates to a reboot.",
         duration=True, min=0,

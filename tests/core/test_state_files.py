@@ -161,3 +161,21 @@ def test_rejections_are_exported(tmp_path: Path) -> None:
     series = dict(collect_series(Store().snapshot(), CATALOG)["node_health_state_file_rejected_total"])
     assert series[(("file", "burn.json"),)] == state.rejected()["burn.json"] >= 1
     assert (("file", "kubernetes.json"),) in series, "every declared file is exported, 0 until one is rejected"
+
+
+def test_a_read_only_state_dir_never_creates_renames_or_writes(tmp_path):
+    from agent.remediation.record import RECORD_FILE
+    from agent.statedir import StateDirError
+
+    name = RECORD_FILE.name
+    (tmp_path / name).write_bytes(b"[damaged")
+    before = state.rejected().get(name, 0)
+    ro = StateDir(str(tmp_path), read_only=True)
+    assert ro.load(RECORD_FILE) is None and ro.problems[name].startswith("damaged")
+    ro.write_json("other.json", {"a": 1})
+    ro.remove(name)
+    StateDir(str(tmp_path / "absent"), read_only=True).ensure()
+    with pytest.raises(StateDirError):
+        ro.lock()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [name]
+    assert (tmp_path / name).read_bytes() == b"[damaged" and state.rejected().get(name, 0) == before

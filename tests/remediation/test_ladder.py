@@ -329,11 +329,12 @@ def test_bare_metal_needs_no_drain_and_no_budget(tmp_path):
 def test_a_damaged_record_never_causes_a_reboot(tmp_path):
     (tmp_path / "remediation.json").write_text('{"version": 1, "episode": {"key": 3}}')
     cfg = enforce()
-    host = FakeHost(cfg)
-    ladder = make(tmp_path, cfg, host=host)
+    host, cluster = FakeHost(cfg), FakeCluster()
+    ladder = make(tmp_path, cfg, host=host, cluster=cluster)
     for _ in range(3):
-        ladder.tick(fault_list(REBOOT))
-    assert host.count("reboot") == 0 and value(ladder, "node_health_remediation_waiting", on="record") == 1
+        ladder.tick(fault_list(REBOOT, RMA))
+    assert host.calls == [] and cluster.calls == [], "no action at all for the faults that stood when it was lost"
+    assert value(ladder, "node_health_remediation_waiting", on="record") == 1
     assert list(tmp_path.glob("remediation.json.bad-*"))
     ladder.tick([])  # once that fault cleared, a new one is handled as usual
     ladder.tick(fault_list(REBOOT))

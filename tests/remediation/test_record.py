@@ -28,7 +28,7 @@ def _full(step: str) -> R.Record:
     return R.Record(
         episode=ep, reboots=[R.Reboot("k", 1.6e9, "b-0", back=True, failed=True, up=77.0)],
         retired=R.Retired(1.7e9, "k", "w", command_done=True, powered_off=True, boot_id="b-2", up=8.0),
-        handled={"k": "b-2"}, resets={"GPU-aaaa": "b-2"}, unretire=True, seen={"k": 9.0}, seen_boot="b-2",
+        handled={"k": "b-2"}, resets={"GPU-aaaa": "b-2"}, reset_counts={"GPU-aaaa": 2}, unretire=True, seen={"k": 9.0}, seen_boot="b-2",
         boots=[("b-0", 100.0), ("b-1", 200.0)],
     )
 
@@ -171,9 +171,9 @@ def test_remediation_status_leaves_the_state_dir_byte_identical(tmp_path, conten
 def test_selftest_and_config_show_leave_the_state_dir_byte_identical(tmp_path):
     state = tmp_path / "state"
     state.mkdir()
-    (state / "remediation.json").write_bytes(b"{damaged")
-    (state / "gpu-inventory.json").write_bytes(b"[1, 2")
-    (state / "edac.json").write_bytes(b"")
+    for name in ("remediation.json", "edac.json", "gpu-inventory.json", "kernel-log.json", "network-interfaces.json", "burn.json",
+                 "gpu-poll.json", "xid-stream.json", "gpu-resets.json", "infiniband.json"):
+        (state / name).write_bytes(b"{damaged")  # every file a check reads at start: none is set aside
     cfg = tmp_path / "agent.toml"
     cfg.write_text(f'[agent]\nstate_dir = "{state}"\n')
     before = _digest(state)

@@ -191,3 +191,35 @@ verify_burn = "0s"
         assert ["-q", "-i", uuid] in acts and bins.calls("systemctl") == []
     finally:
         assert a.stop() == 0, a.logs()
+
+
+def test_unretire_from_outside_while_agent_run_holds_the_state_dir(tmp_path, host):
+    """As in the DaemonSet (kubectl exec into the running agent's pod): `agent remediation unretire` while
+    `agent run` holds the state dir's lock asks the running agent, which clears its own record; exit 0."""
+    import json
+    import subprocess
+    import sys
+
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "remediation.json").write_text(json.dumps({
+        "version": 1, "retired": {"at": 1.8e9, "key": "gpu/gpu0/XidCritical79", "why": "2 reboots did not cure it",
+                                  "command_done": True},
+        "reboots": [{"key": "gpu/gpu0/XidCritical79", "at": 1.8e9, "boot_id": "b-1", "back": True}]}))
+    host.kmsg("")  # the GPU was replaced: no fault now
+    a = agent(tmp_path, host, ENFORCE)
+    try:
+        a.wait_ready()
+        a.poll(lambda _: a.value("node_health_remediation_retired") == 1, what="retired from the record")
+        p = subprocess.run([sys.executable, "-m", "agent", "remediation", "unretire", "--state-dir", str(state),
+                            "--wait", "60"], capture_output=True, text=True, timeout=90, env={**os.environ})
+        assert p.returncode == 0 and "un-retired by the running agent" in p.stdout, (p.stdout, p.stderr, a.logs())
+        a.poll(lambda _: a.value("node_health_remediation_retired") == 0, what="not retired")
+        assert a.value("node_health_remediation_reboots") == 0 and step(a) == "idle"
+        assert not (state / "remediation-unretire.json").exists()
+        assert "un-retire requested by an operator" in a.logs()
+    finally:
+        assert a.stop() == 0, a.logs()
+    status = subprocess.run([sys.executable, "-m", "agent", "remediation", "status", "--state-dir", str(state)],
+                            capture_output=True, text=True, timeout=60)
+    assert json.loads(status.stdout)["retired"] is None and host.bins.calls("systemctl") == []

@@ -207,8 +207,9 @@ def fault_list(*fs: Finding, samples: Iterable[Sample] = GPU_INFO) -> list[Fault
 
 def make(tmp: Any, cfg: RemediationSection, *, cluster: FakeCluster | None = None, host: FakeHost | None = None,
          users: Users | None = None, clock: Clock | None = None, dry_run: bool = False,
-         go_ahead: Callable[[], str | None] | None = None) -> Ladder:
-    """A ladder on the state dir `tmp`; its monotonic clock is `clock` too (one clock the test moves)."""
+         go_ahead: Callable[[], str | None] | None = None, wall: Clock | None = None) -> Ladder:
+    """A ladder on the state dir `tmp`; its monotonic clock is `clock` too (one clock the test moves), and so
+    is its wall clock unless `wall` (a clock the test steps apart) is given; the boot clock is the host's."""
     state = StateDir(str(tmp))
     state.ensure()
     host = host or FakeHost(cfg)
@@ -217,7 +218,7 @@ def make(tmp: Any, cfg: RemediationSection, *, cluster: FakeCluster | None = Non
     clock = clock or Clock()
     host.clock = clock
     return Ladder(cfg, state, host, cluster if cluster is not None else FakeCluster(),
-                  catalog=CATALOG, users=users, dry_run=dry_run, clock=clock, mono=clock, uptime=host.boot_clock,
+                  catalog=CATALOG, users=users, dry_run=dry_run, clock=wall or clock, mono=clock, uptime=host.boot_clock,
                   go_ahead=go_ahead or (lambda: None))
 
 
