@@ -291,6 +291,33 @@ class KubeApi:
     def read_quota(self, ns: str, name: str) -> dict[str, Any]:
         return self.call("get", "resourcequotas", self.core.read_namespaced_resource_quota, name, ns)  # type: ignore[no-any-return]
 
+    def count_nodes(self) -> int | None:
+        """How many Nodes the cluster has: a paged LIST of one item from etcd (``limit=1``: a range read
+        of one key plus its count), 1 + ``remainingItemCount``; None when the server gives no count."""
+        body = self.call("list", "nodes", self.core.list_node, limit=1)
+        items, meta = body.get("items") or [], body.get("metadata") or {}
+        remaining = meta.get("remainingItemCount")
+        if isinstance(remaining, int) and remaining >= 0:
+            return len(items) + remaining
+        return len(items) if not meta.get("continue") else None
+
+    def read_configmap(self, ns: str, name: str, cached: bool = False) -> dict[str, Any]:
+        """A GET (a quorum read); `cached`: a LIST of that one name from the watch cache (resourceVersion=0:
+        cheap, maybe a little behind). A missing ConfigMap is a 404 either way."""
+        if not cached:
+            return self.call("get", "configmaps", self.core.read_namespaced_config_map, name, ns)  # type: ignore[no-any-return]
+        body = self.call("list", "configmaps", self.core.list_namespaced_config_map, ns,
+                         field_selector=f"metadata.name={name}", resource_version="0")
+        items = body.get("items") or []
+        if not items:
+            raise ApiError(404, f'configmaps "{name}" not found', reason="NotFound")
+        return items[0]  # type: ignore[no-any-return]
+
+    def patch_configmap(self, ns: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        return self.call(  # type: ignore[no-any-return]
+            "patch", "configmaps", self.core.patch_namespaced_config_map, name, ns, body, _content_type=MERGE
+        )
+
     # ------------------------------------------------------------ events
 
     def create_event(self, ns: str, body: dict[str, Any]) -> dict[str, Any]:

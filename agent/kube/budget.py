@@ -45,6 +45,7 @@ boots (it then waits for a slot before anything else).
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import random
 import time
@@ -88,6 +89,8 @@ class Budget:
         # Lease name -> (resourceVersion, renewTime) last seen, and the mono time it was first seen so
         # (client-go leader election's observedRecord / observedTime).
         self._observed: dict[str, tuple[tuple[str, str], float]] = {}
+        # The API server's clock, as the creationTimestamp it wrote on our last create, and our mono time then.
+        self.server_at: tuple[float, float] | None = None
         self.reclaimed = 0  # expired Leases of other nodes this agent deleted
         self.held = held or not cfg.enabled
         self.state = "disabled" if not cfg.enabled else ("held" if held else "idle")
@@ -121,7 +124,7 @@ class Budget:
         if not self._quota_present(now):
             return self._refused(now, "missing")
         try:
-            self.api.create_lease(self.cfg.namespace, self._lease(uid))
+            self._created(self.api.create_lease(self.cfg.namespace, self._lease(uid)))
         except ApiError as exc:
             if exc.status == 403 and "exceeded quota" in exc.message:
                 if QUOTA_KEY in exc.message:  # admission named the quota that caps Leases: seen now
@@ -141,7 +144,7 @@ class Budget:
             return self._refused(now, "exhausted")
         assert self.api is not None
         try:
-            self.api.create_lease(self.cfg.namespace, self._lease(uid))
+            self._created(self.api.create_lease(self.cfg.namespace, self._lease(uid)))
         except ApiError as exc:
             if exc.status == 403 and "exceeded quota" in exc.message:
                 return self._refused(now, "exhausted")  # another waiter took the freed slot first
@@ -258,6 +261,20 @@ class Budget:
         now = micro_time_str(self.wall())
         return {"holderIdentity": self.node, "acquireTime": now, "renewTime": now,
                 "leaseDurationSeconds": int(self.expiry)}
+
+    def _created(self, lease: dict[str, Any]) -> None:
+        stamp = (lease.get("metadata") or {}).get("creationTimestamp")
+        if isinstance(stamp, str) and stamp:
+            try:
+                self.server_at = (dt.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp(), self.mono())
+            except ValueError:
+                pass
+
+    def server_now(self) -> float | None:
+        """The API server's clock now, from our last create (None: none yet in this process)."""
+        if self.server_at is None:
+            return None
+        return self.server_at[0] + (self.mono() - self.server_at[1])
 
     def _mine(self) -> bool:
         assert self.api is not None

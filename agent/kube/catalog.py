@@ -98,6 +98,14 @@ METRICS: tuple[MetricSpec, ...] = (
         "Lists of this node's pods by the pod watch, by reason: initial, expired (410 Gone), too_large (a server "
         "behind the last resourceVersion).", ("reason",),
     ),
+    MetricSpec(
+        "node_health_kube_breaker", "gauge",
+        "1 for the fleet breaker's state as this node last read it before a remediation step (closed, tripped, "
+        "unknown, disabled) and the signal that tripped it (disrupted, tainted, unknown; none while closed).",
+        ("state", "signal"),
+    ),
+    MetricSpec("node_health_kube_breaker_trips_total", "counter",
+               "Times this node tripped the fleet breaker, by signal (disrupted, tainted).", ("signal",)),
     MetricSpec("node_health_kube_events_total", "counter", "Events by result (created, series, dropped, failed, dry_run).", ("result",)),
 )
 

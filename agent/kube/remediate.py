@@ -1,7 +1,7 @@
 """The Kubernetes side of the remediation ladder (`agent.remediation` calls it).
 
 The contract (kept with the ladder's owner): `plan_drain`, `drain`,
-`claim_slot`, `renew_slot`, `slot_wait`, `release_slot`, `set_retired`, `event`. Every method may raise
+`claim_slot`, `renew_slot`, `slot_wait`, `release_slot`, `breaker_check`, `set_retired`, `event`. Every method may raise
 `Wait` (the rate limit) or `ApiError`; the ladder then tries again on its next
 tick. Nothing here is persisted: the ladder records its own step, and after a
 restart the slot is found again (a create of our own Lease answers 409, or 403
@@ -21,6 +21,9 @@ with a full quota and a GET that finds it).
   (see budget.py). No slot → wait: `slot_wait` says why in one sentence, and the ladder
   reports it as its one ``DisruptionSlotWaiting`` finding, event and metric
   (nothing here reports it a second time).
+- **Fleet breaker** (breaker.py): `breaker_check` before the claim and
+  before each host-changing step; the disruption records, the trip and the
+  reads of its state go through the budget's bucket.
 - **Retire**: the condition ``<condition_prefix>NeedsHardwareRepair`` (a
   strategic-merge patch of nodes/status with that one type), the label
   ``<taint_prefix>retired=true`` an inventory can select on (a strategic-merge
@@ -42,6 +45,7 @@ from typing import Any
 from ..findings import Finding, Sample
 from . import SOURCE
 from .api import KubeApi
+from .breaker import Breaker
 from .budget import Budget
 from .catalog import CATALOG
 from .drain import RESULTS, Drainer, DrainProgress
@@ -94,6 +98,8 @@ class KubeRemediation:
         self.budget = Budget(self.budget_api, cfg.disruption_budget, node, held=False, recheck=cfg.resync_interval,
                              rng=rng, what="disruption", expiry=cfg.disruption_budget.expiry, wall=wall, mono=self.mono)
         self.recorder = EventRecorder(self.writes_api, node, burst=cfg.event_burst, refill=cfg.event_refill, now=api.clock())
+        self.breaker = Breaker(self.budget_api, cfg, node, node_uid, mono=self.mono, wall=wall, event=self.event,
+                               server_now=self.budget.server_now, rng=rng)
         self.label = cfg.taint_prefix + RETIRED_LABEL
         self.condition = cfg.condition_prefix + RETIRED_CONDITION
         self.progress: DrainProgress | None = None
@@ -133,8 +139,15 @@ class KubeRemediation:
                     "no remediation step runs until an operator creates it (fail closed)")
         return ""
 
+    # ------------------------------------------------------------ the fleet breaker
+
+    def breaker_check(self, now: float, step: str) -> str:
+        """Before a claim or a host-changing step: "" when the fleet breaker allows it, else why not (breaker.py)."""
+        return self.breaker.check(step)
+
     def release_slot(self, now: float) -> None:
         self.budget.release()
+        self.breaker.forget()
         self.budget.idle()
         self.drainer.reset()
         self.progress = None
@@ -175,4 +188,4 @@ class KubeRemediation:
     def samples(self) -> list[Sample]:
         out = [Sample("node_health_kube_evictions_total", float(self.drainer.results[r]), (("result", r),)) for r in RESULTS]
         out.append(Sample("node_health_kube_drain_pods_remaining", float(self.drainer.remaining)))
-        return out
+        return out + self.breaker.samples()

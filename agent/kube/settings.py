@@ -139,7 +139,45 @@ class DisruptionBudgetSection:
         0.2, "Client-side rate limit of the budget's and the fleet breaker's requests (their own bucket, apart from "
         "the drain's and the retire writes'): sustained per second.", min=0.01, max=100,
     )
-    burst: int = opt(6, "Client-side rate limit of the budget's and the breaker's requests: at once.", min=1, max=100)
+    burst: int = opt(
+        12, "Client-side rate limit of the budget's and the breaker's requests: at once (a claim and the breaker's "
+        "checks and record of one disruption take about 10).", min=1, max=100,
+    )
+
+
+@dataclass(frozen=True)
+class BreakerSection:
+    """The fleet breaker (agent/kube/breaker.py): stops remediation fleet-wide on a fleet-wide pattern."""
+
+    enabled: bool = opt(
+        True, "Check the fleet breaker before a disruption slot is claimed and before each drain, GPU reset, reboot "
+        "and retirement; false: no breaker (the disruption budget alone caps how many nodes are disrupted at once).",
+    )
+    namespace: str = opt(
+        "node-health-disrupted", "Namespace of the disruption records: one Lease per node disrupted within the window.",
+        check=check_name,
+    )
+    quota_name: str = opt(
+        "node-health-disrupted",
+        "ResourceQuota capping count/leases.coordination.k8s.io there: its hard value is the breaker's count (the most "
+        "nodes disrupted within the window); missing: nothing is disrupted (fail closed).", check=check_name,
+    )
+    window: float = opt(
+        21600.0, "Nodes disrupted (drained, GPU-reset, rebooted, retired) within this sliding window are counted.",
+        duration=True, min=600, max=7 * 86400,
+    )
+    max_disrupted_percent: float = opt(
+        5.0, "Trip when one more node would be disrupted within the window than this percent of the fleet (at least "
+        "1 node), or than the quota's count, whichever is smaller.", min=0.01, max=100,
+    )
+    min_tainted: int = opt(
+        5, "Also trip when the taint budget is full (every slot held: that share of the fleet is tainted) and at "
+        "least this many nodes are tainted; 0: the taint budget is not a signal.", min=0, max=100000,
+    )
+    key: str = opt(
+        "breaker", "Data key of the kill-switch ConfigMap that holds the breaker's state: absent, \"\" or \"false\": "
+        "closed; any other value: tripped (the agent writes \"tripped\", with the reason, the node and the time).",
+    )
 
 
 @dataclass(frozen=True)
@@ -251,6 +289,10 @@ class KubernetesSection:
     disruption_budget: DisruptionBudgetSection = field(
         default_factory=DisruptionBudgetSection,
         metadata={"doc": "Fleet-wide cap on nodes being drained, reset or rebooted (smaller than the taint budget)."},
+    )
+    breaker: BreakerSection = field(
+        default_factory=BreakerSection,
+        metadata={"doc": "The fleet breaker: a fleet-wide pattern stops remediation everywhere until a person resets it."},
     )
     remediation_writes: RemediationWritesSection = field(
         default_factory=RemediationWritesSection,

@@ -23,8 +23,9 @@ REASONS: tuple[Reason, ...] = (
         "RemediationHeld",
         Severity.WARNING,
         "A remediation step is held by a guard: minimum uptime, the reboots-per-day cap, processes still on the GPU, "
-        "pods the drain could not move (named, with their PodDisruptionBudget), a damaged or unreadable record, or a "
-        "requested reboot that has not happened (the message says which).",
+        "pods the drain could not move (named, with their PodDisruptionBudget), a damaged or unreadable record, a "
+        "requested reboot that has not happened, the fleet breaker (tripped), or a node that lacks its taint (no "
+        "drain then) (the message says which).",
         family=F,
         action="none",  # the ladder's own state: never a cause for another step
     ),

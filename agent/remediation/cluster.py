@@ -5,7 +5,9 @@
 some UIDs) through the Eviction API, the fleet's disruption budget (a held
 slot renewed, `renew_slot`: False when it was taken away; and why
 no slot was granted, `slot_wait`: the ladder's one finding says it), the
-retired condition and label, events. Its methods may raise
+fleet breaker (`breaker_check` before the claim and each host-changing step:
+"" or why not), whether the node carries its taint (`taint_withheld`: "" or
+why not; no drain without it), the retired condition and label, events. Its methods may raise
 `agent.kube.api.ApiError` or `Wait`: the ladder tries again on its next tick.
 
 `NoCluster` is the bare-metal host (the systemd unit, no ``[kubernetes]``
@@ -46,6 +48,8 @@ class Cluster(Protocol):
     def renew_slot(self, now: float) -> bool: ...
     def slot_wait(self) -> str: ...
     def release_slot(self, now: float) -> None: ...
+    def breaker_check(self, now: float, step: str) -> str: ...
+    def taint_withheld(self) -> str: ...
     def set_retired(self, retired: bool, message: str) -> None: ...
     def event(self, reason: str, message: str, warning: bool = False) -> None: ...
 
@@ -82,6 +86,12 @@ class NoCluster:
 
     def release_slot(self, now: float) -> None:
         return None
+
+    def breaker_check(self, now: float, step: str) -> str:
+        return ""  # no fleet: the ladder's local limits apply
+
+    def taint_withheld(self) -> str:
+        return ""  # no Node to carry a taint: nothing to drain either
 
     def set_retired(self, retired: bool, message: str) -> None:
         log.warning("node %s (no cluster: recorded in the state dir only): %s",

@@ -366,7 +366,7 @@ class Ladder:
         return False
 
     def _claim(self, ep: Episode) -> bool:
-        if self._blocked(ep, plan(ep.action, "claim")[0]):
+        if self._blocked(ep, plan(ep.action, "claim")[0]) or not self._fleet_allows("claim"):
             return False
         if not self.cluster.claim_slot(self.now):
             why = self.cluster.slot_wait() or "no disruption slot was granted"
@@ -378,6 +378,12 @@ class Ladder:
 
     def _drain(self, ep: Episode) -> bool:
         if self._blocked(ep, "drain", fresh=True):
+            return False
+        untainted = self.cluster.taint_withheld()  # never cordoned (tainted) by us: pods would come back
+        if untainted:
+            self._wait("taint", f"{ep.key}: no drain while the node lacks its taint: {untainted}")
+            return False
+        if not self._fleet_allows("drain"):
             return False
         only = self._only(ep)
         progress: Progress = self.cluster.drain(self.now, only)
@@ -442,7 +448,7 @@ class Ladder:
                 return self._escalate(ep, f"GPU {ep.uuid}: {what} after {gr.busy_timeout:.0f}s")
             self._wait("gpu_busy", f"GPU {ep.uuid}: {what}; the reset waits")
             return False
-        if self._blocked(ep, "reset_gpu", fresh=True):
+        if self._blocked(ep, "reset_gpu", fresh=True) or not self._fleet_allows("reset_gpu"):
             return False
         # Persisted first, with the GPU's one reset of this boot spent: a restart mid-reset verifies the GPU and
         # escalates (whether the reset ran is unknown: never assumed), it never resets twice.
@@ -520,7 +526,7 @@ class Ladder:
         if recent >= rs.max_per_day:
             self._wait("daily_cap", f"{recent} reboots in the last 24h of boot time (reboot.max_per_day = {rs.max_per_day})")
             return False
-        if self.now < ep.retry_at or self._blocked(ep, "reboot", fresh=True):
+        if self.now < ep.retry_at or self._blocked(ep, "reboot", fresh=True) or not self._fleet_allows("reboot"):
             return False
         if not self.boot:
             self._wait("record", "the boot ID is unreadable: a reboot could not be proven, so none is asked for")
@@ -578,7 +584,7 @@ class Ladder:
         return False
 
     def _retire(self, ep: Episode) -> bool:
-        if self._blocked(ep, "retire", fresh=True):
+        if self._blocked(ep, "retire", fresh=True) or not self._fleet_allows("retire"):
             return False
         why = ep.note or f"{ep.key} needs hardware (action rma)"
         # the condition, the label and the NodeRetired event (the contract's set_retired)
@@ -684,6 +690,14 @@ class Ladder:
             elif a == "retire":
                 out.append("retire the node" + (f" and run {' '.join(self.cfg.retire.command)}" if self.cfg.retire.command else ""))
         return "; then ".join(out)
+
+    def _fleet_allows(self, step: str) -> bool:
+        """The fleet breaker, read again just before the step (agent/kube/breaker.py); False: wait, and say why."""
+        why = self.cluster.breaker_check(self.now, step)
+        if why:
+            self._wait("breaker", why)
+            self._event_once("RemediationHeld", why, warning=True)
+        return not why
 
     def _wait(self, on: str, message: str) -> None:
         self.waiting[on] = message

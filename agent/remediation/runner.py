@@ -25,6 +25,7 @@ from ..hostpaths import HostPaths
 from ..kube.actuator import Actuator, FindingsSource
 from ..kube.api import ApiError, Wait
 from ..kube.drain import DrainProgress
+from ..kube.nodes import taints_of
 from ..kube.remediate import KubeRemediation
 from ..statedir import StateDir
 from ..store import Snapshot
@@ -79,6 +80,7 @@ class Runner:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._samples: list[Sample] | None = None
+        self._rate_limited = False
 
     def offer(self, snap: Snapshot) -> None:
         """Store listener (scheduler loop thread): hand over, never block."""
@@ -119,9 +121,12 @@ class Runner:
         self.ladder.paused = self._paused()
         try:
             self.ladder.tick(faults(snap.findings(), snap.samples()))
+            self._rate_limited = False
         except Wait as exc:  # our own client-side rate limit or backoff: the API server said nothing
             left = max(0.0, exc.until - time.monotonic())
-            log.info("remediation: waiting %.1fs for the client-side rate limit (no request sent); trying again then", left)
+            (log.debug if self._rate_limited else log.info)(
+                "remediation: waiting %.1fs for the client-side rate limit (no request sent); trying again then", left)
+            self._rate_limited = True  # said once per stretch of waits
             wait = max(MIN_GAP, min(wait, left))
         except ApiError as exc:
             log.info("remediation: the API server said %s; trying again later", exc)
@@ -176,6 +181,27 @@ class KubeSide:
 
     def release_slot(self, now: float) -> None:
         self._get().release_slot(now)
+
+    def breaker_check(self, now: float, step: str) -> str:
+        return self._get().breaker_check(now, step)
+
+    def taint_withheld(self) -> str:
+        """"" when a taint of ours that keeps pods off (NoSchedule, NoExecute) is on the Node; else why not."""
+        rec = self.kube.reconciler
+        prefix = rec.cfg.taint_prefix
+        ours = [t for t in taints_of(rec.node.obj) if str(t.get("key", "")).startswith(prefix)
+                and t.get("effect") in ("NoSchedule", "NoExecute")]
+        if ours:
+            return ""
+        if rec.node.obj is None:
+            return "the Node has not been read yet"
+        if rec.paused is not False:
+            return "the kill switch withholds the node's taint (paused, or its state unknown)"
+        withheld = rec.withheld
+        if withheld:
+            return (f"the taint budget withholds {', '.join(sorted(t.key for t in withheld))} (every slot is held): "
+                    "the node is schedulable")
+        return f"no taint of {prefix} with effect NoSchedule or NoExecute is on the Node: the node is schedulable"
 
     def set_retired(self, retired: bool, message: str) -> None:
         self._get().set_retired(retired, message)

@@ -102,7 +102,14 @@ def test_config_names_match_the_cluster_objects() -> None:
     assert roles["node-health-agent-disruption"]["metadata"]["namespace"] == k.disruption_budget.namespace
     assert roles["node-health-agent-disruption"]["rules"][1]["resourceNames"] == [k.disruption_budget.quota_name]
     lease_ns = Policy("node-health-agent-own-lease").doc["spec"]["matchConstraints"]["namespaceSelector"]["matchExpressions"][0]
-    assert sorted(lease_ns["values"]) == sorted([k.budget.namespace, k.disruption_budget.namespace])
+    assert sorted(lease_ns["values"]) == sorted([k.budget.namespace, k.disruption_budget.namespace, k.breaker.namespace])
+    records = find("ResourceQuota", k.breaker.quota_name)
+    assert records["metadata"]["namespace"] == k.breaker.namespace
+    assert records["spec"]["hard"]["count/leases.coordination.k8s.io"] == "30"
+    assert roles["node-health-agent-breaker"]["metadata"]["namespace"] == k.breaker.namespace
+    assert roles["node-health-agent-breaker"]["rules"][1]["resourceNames"] == [k.breaker.quota_name]
+    patch = [r for r in roles["node-health-agent-kill-switch"]["rules"] if "patch" in r["verbs"]]
+    assert patch == [{"apiGroups": [""], "resources": ["configmaps"], "resourceNames": [k.kill_switch.name], "verbs": ["patch"]}]
 
 
 @pytest.mark.parametrize(
@@ -123,6 +130,12 @@ def test_config_names_match_the_cluster_objects() -> None:
         ("coordination.k8s.io", "leases", "list", "node-health-disruption"),  # expiry: find the dead holders' slots
         ("coordination.k8s.io", "leases", "patch", "node-health-disruption"),  # expiry: renew its own
         ("", "resourcequotas", "get", "node-health-disruption"),
+        ("", "configmaps", "get", "node-health"), ("", "configmaps", "patch", "node-health"),  # the fleet breaker
+        ("coordination.k8s.io", "leases", "create", "node-health-disrupted"),
+        ("coordination.k8s.io", "leases", "get", "node-health-disrupted"),
+        ("coordination.k8s.io", "leases", "delete", "node-health-disrupted"),
+        ("coordination.k8s.io", "leases", "list", "node-health-disrupted"),
+        ("", "resourcequotas", "get", "node-health-disrupted"),
     ],
 )
 def test_rbac_grants_each_call_the_agent_makes(group: str, resource: str, verb: str, namespace: str) -> None:
@@ -260,10 +273,40 @@ def test_node_policy(req: dict[str, Any], old: dict[str, Any], new: dict[str, An
                      {"metadata": {"name": "n1", "ownerReferences": [{"kind": "Node", "name": "n1"}]}}, True,
                      id="renews its own slot"),
         pytest.param(request(op="DELETE"), None, True, id="frees its own slot"),
+        pytest.param({**request(op="DELETE", name="n2"), "namespace": "node-health-disrupted"}, None, True,
+                     id="deletes another node's breaker record past the window"),
+        pytest.param({**request(op="CREATE", name="n2"), "namespace": "node-health-disrupted"},
+                     {"metadata": {"name": "n2", "ownerReferences": [{"kind": "Node", "name": "n2"}]}}, False,
+                     id="records another node's disruption"),
     ],
 )
 def test_lease_policy(req: dict[str, Any], lease: Any, allowed: bool) -> None:
     assert (Policy("node-health-agent-own-lease").admit(req, lease, None) == []) == allowed
+
+
+def switch(**data: str) -> dict[str, Any]:
+    return {"metadata": {"name": "node-health-agent-kill-switch", "namespace": "node-health"}, "data": data}
+
+
+TRIP = {"breaker": "tripped", "breaker-reason": "31 nodes", "breaker-signal": "disrupted", "breaker-node": "n1"}
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "allowed"),
+    [
+        pytest.param(switch(paused="false"), switch(paused="false", **TRIP), True, id="trips the breaker"),
+        pytest.param(switch(paused="false", breaker="false"), switch(paused="false", **TRIP), True, id="trips it after a reset"),
+        pytest.param(switch(paused="false", **TRIP), switch(paused="false", breaker="false"), False, id="resets the breaker"),
+        pytest.param(switch(paused="true"), switch(paused="false", **TRIP), False, id="unpauses the kill switch"),
+        pytest.param(switch(paused="false"), switch(paused="true", **TRIP), False, id="pauses the kill switch"),
+        pytest.param(switch(paused="false"), switch(paused="false", other="x", **TRIP), False, id="adds another key"),
+        pytest.param(switch(paused="false"), switch(paused="false", **{**TRIP, "breaker": "yes"}), False,
+                     id="another value than tripped"),
+    ],
+)
+def test_the_agent_may_only_trip_the_breaker(old: dict[str, Any], new: dict[str, Any], allowed: bool) -> None:
+    req = {**request(op="UPDATE", name="node-health-agent-kill-switch"), "namespace": "node-health"}
+    assert (Policy("node-health-agent-trip-only").admit(req, new, old) == []) == allowed
 
 
 def evict_request(ns: str = "team-a", claim: str | None = "n1") -> dict[str, Any]:

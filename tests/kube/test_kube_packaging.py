@@ -336,17 +336,21 @@ def test_taint_budget_needs_a_node_count_offline() -> None:
 
 def test_taint_budget_off() -> None:
     docs = helm_({"taintBudget": {"enabled": False}})
-    assert [d["metadata"]["name"] for d in docs if d["kind"] == "ResourceQuota"] == ["node-health-disruption-budget"]
+    assert sorted(d["metadata"]["name"] for d in docs if d["kind"] == "ResourceQuota") == [
+        "node-health-disrupted", "node-health-disruption-budget"]
     assert not [d for d in docs if d["metadata"]["name"].endswith("-budget") and d["kind"] != "ResourceQuota"]
     lease = find(docs, "ValidatingAdmissionPolicy", "node-health-agent-own-lease")
-    assert lease["spec"]["matchConstraints"]["namespaceSelector"]["matchExpressions"][0]["values"] == ["node-health-disruption"]
+    assert lease["spec"]["matchConstraints"]["namespaceSelector"]["matchExpressions"][0]["values"] == [
+        "node-health-disruption", "node-health-disrupted"]
     assert parse(agent_toml(docs), "agent.toml").kubernetes.budget.enabled is False
 
 
-def test_both_budgets_off() -> None:
-    docs = helm({"taintBudget": {"enabled": False}, "disruptionBudget": {"enabled": False}})  # no node count needed then
+def test_both_budgets_and_the_breaker_off() -> None:
+    docs = helm({"taintBudget": {"enabled": False}, "disruptionBudget": {"enabled": False},
+                 "breaker": {"enabled": False}})  # no node count needed then
     assert not [d for d in docs if d["kind"] == "ResourceQuota" or "budget" in d["metadata"]["name"]
-                or d["metadata"]["name"].endswith(("-disruption", "own-lease"))]
+                or d["metadata"]["name"].endswith(("-disruption", "own-lease", "-breaker", "trip-only"))]
+    assert parse(agent_toml(docs), "agent.toml").kubernetes.breaker.enabled is False
     assert parse(agent_toml(docs), "agent.toml").kubernetes.disruption_budget.enabled is False
 
 

@@ -65,6 +65,7 @@ class Node:
         self.sys.mkdir()
         (self.root / "kmsg").write_text(XID79)
         fake.set_quota(DISRUPTION_NS, DISRUPTION_QUOTA, 1)
+        fake.set_quota("node-health-disrupted", "node-health-disrupted", 30)  # the fleet breaker's records
         fake.add_node("spare-node")
         fake.add_replicaset("team-a", "web", 2, NODE, labels={"app": "web"}, ready_after=0.5, grace=1)
         fake.add_pdb("team-a", "web", {"app": "web"}, max_unavailable=1)
@@ -180,5 +181,40 @@ def test_waiting_for_a_slot_is_one_finding_one_event_one_metric(fake: FakeApiSer
         wait_for(lambda: [e["reason"] for e in fake.events() if "Disruption" in e.get("reason", "")] == ["DisruptionSlotWaiting"],
                  what="one event")
         assert evictions(fake) == [] and node.bins.calls() == []
+    finally:
+        assert a.stop() == 0, a.logs()
+
+
+def test_a_tripped_fleet_breaker_holds_the_ladder_and_taints_go_on(fake: FakeApiServer, tmp_path: Path) -> None:
+    """issue 24: the breaker tripped in the kill-switch ConfigMap (by another node): the agent taints its node
+    as always, but claims no slot, evicts nothing and never reboots; it says why (RemediationHeld, breaker)."""
+    node = Node(fake, tmp_path)
+    fake.set_configmap("node-health", "ks", {"paused": "false", "breaker": "tripped",
+                                             "breaker-reason": "31 nodes disrupted within 6 h", "breaker-node": "node-7"})
+    a = node.agent(ENFORCE)
+    try:
+        a.wait_ready()
+        a.poll(lambda _: a.value("node_health_remediation_waiting", on="breaker") == 1, timeout=60, what="held by the breaker")
+        assert a.value("node_health_kube_breaker", state="tripped", signal="unknown") == 1
+        taints = [t["key"] for t in fake.node(NODE)["spec"].get("taints") or []]
+        assert any(k.startswith("node-health-agent/") for k in taints), "detection and taints go on"
+        assert evictions(fake) == [] and node.leases() == [] and node.bins.calls() == []
+        assert "31 nodes disrupted within 6 h (tripped by node-7" in a.logs()
+    finally:
+        assert a.stop() == 0, a.logs()
+
+
+def test_no_drain_while_the_taint_budget_withholds_the_nodes_taint(fake: FakeApiServer, tmp_path: Path) -> None:
+    """issue 24: the taint budget exhausted, the node's taint withheld (it stays schedulable): no drain, no
+    reboot; RemediationHeld (taint) says why."""
+    node = Node(fake, tmp_path)
+    fake.set_quota("node-health-budget", "node-health-taint-budget", 0)
+    a = node.agent(ENFORCE)
+    try:
+        a.wait_ready()
+        a.poll(lambda _: a.value("node_health_remediation_waiting", on="taint") == 1, timeout=60, what="held: no taint")
+        assert not [t for t in fake.node(NODE)["spec"].get("taints") or [] if t["key"].startswith("node-health-agent/")]
+        assert evictions(fake) == [] and node.bins.calls() == []
+        assert "no drain while the node lacks its taint: the taint budget withholds" in a.logs()
     finally:
         assert a.stop() == 0, a.logs()

@@ -57,6 +57,7 @@ def evicted(fake: FakeApiServer) -> list[str]:
 def test_a_reset_xid_on_one_gpu_evicts_only_its_pod_resets_it_and_releases_the_node(
         fake: FakeApiServer, tmp_path: Path, scenario, fake_nvml_lib, kubelet_root: str) -> None:  # noqa: F811
     fake.set_quota(DISRUPTION_NS, DISRUPTION_QUOTA, 1)
+    fake.set_quota("node-health-disrupted", "node-health-disrupted", 30)  # the fleet breaker's records
     x = fake.add_pod("ml", "train-x", NODE, grace=1)
     y = fake.add_pod("ml", "train-y", NODE, grace=1)
     fake.add_pod("monitoring", "exporter", NODE, owner=("DaemonSet", "exporter"))

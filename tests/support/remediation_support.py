@@ -131,6 +131,9 @@ class FakeCluster:
     retired: bool = False
     fail: Exception | None = None
     renewals: int = 0
+    tripped: str = ""  # the fleet breaker's answer ("": closed)
+    untainted: str = ""  # why the node lacks its taint ("": it carries it)
+    breaker_steps: list[str] = field(default_factory=list)
 
     def plan_drain(self, only_pod_uids: frozenset[str] | None = None) -> list[str]:
         return sorted(p for u, p in self.pods.items() if only_pod_uids is None or u in only_pod_uids)
@@ -164,6 +167,13 @@ class FakeCluster:
         if self.held:
             self.held = False
             self.slots += 1
+
+    def breaker_check(self, now: float, step: str) -> str:
+        self.breaker_steps.append(step)
+        return self.tripped
+
+    def taint_withheld(self) -> str:
+        return self.untainted
 
     def set_retired(self, retired: bool, message: str) -> None:
         self.calls.append(("set_retired", retired))

@@ -90,7 +90,8 @@ httpGet: {path: /healthz, port: metrics, scheme: {{ include "nha.scheme" . }}}
     "condition_prefix" .Values.kubernetes.conditionPrefix
     "kill_switch" (dict "namespace" .Release.Namespace "name" (include "nha.killSwitch" .))
     "budget" (dict "enabled" .Values.taintBudget.enabled "namespace" .Values.taintBudget.namespace "quota_name" .Values.taintBudget.quotaName)
-    "disruption_budget" (dict "enabled" .Values.disruptionBudget.enabled "namespace" .Values.disruptionBudget.namespace "quota_name" .Values.disruptionBudget.quotaName))
+    "disruption_budget" (dict "enabled" .Values.disruptionBudget.enabled "namespace" .Values.disruptionBudget.namespace "quota_name" .Values.disruptionBudget.quotaName)
+    "breaker" (dict "enabled" .Values.breaker.enabled "namespace" .Values.breaker.namespace "quota_name" .Values.breaker.quotaName))
 -}}
 {{- if .Values.metrics.tls.enabled -}}
 {{- $tls := dict "cert_file" "/etc/node-health-agent/tls/tls.crt" "key_file" "/etc/node-health-agent/tls/tls.key" -}}

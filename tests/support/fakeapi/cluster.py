@@ -126,7 +126,15 @@ def clone(obj: Any) -> Any:
 _SCALARS = frozenset((str, int, float, bool, type(None)))
 
 
+def _stamp(wall: float) -> str:
+    import datetime as _dt
+
+    return _dt.datetime.fromtimestamp(wall, _dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 class Cluster:
+    wall: Callable[[], float] | None = None  # the server's clock (set by FakeApiServer)
+
     def __init__(self, *, history: int = 1000) -> None:
         self.lock = threading.RLock()
         self.objects: dict[Key, Obj] = {}
@@ -160,7 +168,8 @@ class Cluster:
             meta["resourceVersion"] = str(self.rv)
             if old is None:
                 meta.setdefault("uid", str(uuid.uuid4()))
-                meta.setdefault("creationTimestamp", "2026-01-01T00:00:00Z")
+                # Stamped by the server's clock, as the API server does (the fleet breaker's window reads it).
+                meta.setdefault("creationTimestamp", _stamp(self.wall()) if self.wall is not None else "2026-01-01T00:00:00Z")
             self.objects[key] = clone(obj)
             self.index.setdefault(key[:3], set()).add(key[3])
             self._publish("ADDED" if old is None else "MODIFIED", key, obj, old)

@@ -121,7 +121,12 @@ class Handlers:
             items = self._list_pods(req, r)
         else:
             items = self.c.list(r.group, r.plural, r.namespace, self._selected_name(req), cached=req.query.get("resourceVersion") == "0")
-        return {"kind": f"{r.kind}List", "apiVersion": r.api_version, "metadata": {"resourceVersion": str(self.c.rv)}, "items": items}
+        meta: Obj = {"resourceVersion": str(self.c.rv)}
+        limit = int(req.query.get("limit") or 0)
+        if limit and len(items) > limit and req.query.get("resourceVersion") != "0":  # a paged read from etcd
+            meta["remainingItemCount"], meta["continue"] = len(items) - limit, "fake-continue"
+            items = items[:limit]
+        return {"kind": f"{r.kind}List", "apiVersion": r.api_version, "metadata": meta, "items": items}
 
     def _pod_terms(self, req: Request) -> list[tuple[str, bool, str]]:
         """A pod field selector (registry/core/pod/strategy.go PodToSelectableFields: metadata.name,

@@ -106,6 +106,7 @@ class FakeApiServer:
 
     def __post_init__(self) -> None:
         self.cluster = Cluster(history=self.history)
+        self.cluster.wall = self.wall
         self.workloads = self.cluster.workloads = Workloads(self.cluster, self.clock, self.wall)
         self.handlers = Handlers(self.cluster)
         self.tokens.setdefault(self.token, self.user)
