@@ -5,6 +5,7 @@ rate (qps 1, burst 10, no raised limits) retires a node cleanly."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from agentproc import Agent, wait_for
@@ -80,7 +81,23 @@ def test_the_shipped_drain_rate_retires_cleanly(fake: FakeApiServer, tmp_path: P
         wait_for(lambda: node.leases() == [], timeout=90, what="the slot released at retirement")
         a.poll(lambda _: a.value("node_health_remediation_step", step="retired") == 1, timeout=30, what="retired")
         assert len(node.bins.calls("systemctl")) == 2, "no third reboot"
+        # Retired → restarted → a new boot with the fault still there: no reboot, the label kept. Then the same
+        # with the local record gone (a reinstalled disk): the Node's label says retired, and it is.
+        for boot, lose_record in (("44444444-0000-0000-0000-000000000000", False), ("55555555-0000-0000-0000-000000000000", True)):
+            assert a.stop() == 0, a.logs()
+            state = [p.name for p in (tmp_path / "state").iterdir()]
+            assert "remediation.json" in state and not [n for n in state if ".bad" in n], state
+            if lose_record:
+                (tmp_path / "state" / "remediation.json").unlink()
+            node.proc.boot(boot)
+            before = len(evictions(fake))
+            a.start()
+            a.wait_ready()
+            a.poll(lambda _: a.value("node_health_remediation_step", step="retired") == 1, timeout=60, what="still retired")
+            time.sleep(3)  # a few of the ladder's 1 s ticks with the fault standing
+            assert a.value("node_health_remediation_retired") == 1
+            assert len(node.bins.calls("systemctl")) == 2, f"no reboot after the new boot {boot}"
+            assert fake.node(NODE)["metadata"]["labels"].get("node-health-agent/retired") == "true", "label kept"
+            assert len(evictions(fake)) == before, "nothing drained"
     finally:
         assert a.stop() == 0, a.logs()
-    state = [p.name for p in (tmp_path / "state").iterdir()]
-    assert "remediation.json" in state and not [n for n in state if ".bad" in n], state
