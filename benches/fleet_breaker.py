@@ -110,9 +110,11 @@ def run(nodes: int, budget: int, count: int, faulty: int, fault: str, hold_h: fl
                               kcfg, namespace="node-health", wall=lambda: EPOCH + clock.t, rng=random.Random(i))
         host = FakeHost(rcfg)
         host.boot = f"{name}-boot-1"
+        host.clock, host.boot_t0 = clock, -100_000.0  # the boot clock (every wait of the ladder) runs in virtual time
         state = StateDir(os.path.join(root, name))
         state.ensure()
-        ladder = Ladder(rcfg, state, host, SimCluster(rem), catalog=CATALOG, clock=lambda: EPOCH + clock.t, mono=clock)
+        ladder = Ladder(rcfg, state, host, SimCluster(rem), catalog=CATALOG, clock=lambda: EPOCH + clock.t, mono=clock,
+                        uptime=host.boot_clock)
         fleet.append(Node(name, ladder, host, faulty=i < faulty))
     fake.requests.clear()
     heap = [(0.0, i) for i in range(nodes)]
