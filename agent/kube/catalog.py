@@ -94,7 +94,8 @@ METRICS: tuple[MetricSpec, ...] = (
     MetricSpec(
         "node_health_kube_evictions_total", "counter",
         "Pod evictions by result: evicted (201), blocked (a PodDisruptionBudget refused: 429, or 500 for a pod under "
-        "two budgets), gone (404 or replaced), deleted (at the drain timeout, policy delete), forbidden (403/422).",
+        "two budgets), gone (404), deleted (at the drain timeout, policy delete), forbidden (403/422), conflict (409: "
+        "the pod is read again and tried later; gone only when the read no longer shows it).",
         ("result",),
     ),
     MetricSpec("node_health_kube_drain_pods_remaining", "gauge",

@@ -30,9 +30,17 @@ cause (the budget allows no disruption now, or its status is stale) → that
 pod is tried again after a jittered, doubling wait (``retry_interval`` up to
 ``retry_max``, never below the server's ``retryAfterSeconds``); 500 "more
 than one PodDisruptionBudget" never succeeds and is reported as blocked;
-404, or 409 on the UID precondition (a same-named replacement) → gone. At
-``timeout`` the namespace's policy decides: ``wait`` keeps trying evictions,
-``delete`` deletes the pod with its own grace period (PDBs no longer hold).
+404 → gone. A 409 Conflict is not proof of anything: kube-apiserver answers
+it for a UID precondition that failed (a same-named replacement: the pod we
+meant is gone) and also when concurrent evictions kept updating the same
+PDB through all of its retries (a multi-node drain wave: the pod is still
+there and still protected). So a 409 forces a fresh read of the node's pods
+(the next step lists again, or reads the open pod watch) and tries that pod
+again later: it is gone only when that read no longer shows its UID. The
+progress names the pods a budget refused and the PDB that refused each
+(``blocked``, ``pdbs``), so the ladder can say why it holds. At ``timeout``
+the namespace's policy decides: ``wait`` keeps trying evictions, ``delete``
+deletes the pod with its own grace period (PDBs no longer hold).
 """
 
 from __future__ import annotations
@@ -53,7 +61,7 @@ log = logging.getLogger(__name__)
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 DEFAULT_GRACE = 30  # core/v1 terminationGracePeriodSeconds default
 GRACE_SLACK = 30.0  # seconds past a pod's grace period before it counts as stuck
-RESULTS = ("evicted", "blocked", "gone", "deleted", "forbidden")
+RESULTS = ("evicted", "blocked", "gone", "deleted", "forbidden", "conflict")
 
 
 @dataclass(frozen=True)
@@ -63,6 +71,8 @@ class DrainProgress:
     evicted: int  # evictions accepted (201) in this drain so far
     blocked: tuple[str, ...]  # "ns/name" refused by a PDB (429) at the last attempt
     remaining: tuple[str, ...]  # "ns/name" still present and evictable
+    # "ns/pod" → "ns/pdb": the PodDisruptionBudget that refused each `blocked` pod, where its answer names it
+    pdbs: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +132,7 @@ class _Drain:
     listed_at: float = float("-inf")
     budget_of: dict[str, str] = field(default_factory=dict)  # uid → "ns/pdb" that refused it
     budgets: dict[str, _Retry] = field(default_factory=dict)  # "ns/pdb" → when to try its pods again
+    refused_by: dict[str, str] = field(default_factory=dict)  # ref → "ns/pdb" named by its last refusal
 
     def due(self, pod: Pod, now: float) -> bool:
         """A pod is tried when its own wait and its budget's have passed: one refusal by a PDB
@@ -223,14 +234,25 @@ class Drainer:
         self.results[result] += 1
         d.evicted += 0 if delete else 1
         d.blocked.pop(pod.ref, None)
+        d.refused_by.pop(pod.ref, None)
         self._stopping(d, pod, now)
         log.info("%s pod %s (drain of node %s)", result, pod.ref, self.node)
 
     def _refused(self, d: _Drain, pod: Pod, exc: ApiError, now: float) -> None:
-        if exc.status in (404, 409):  # gone, or replaced by a pod of the same name
+        if exc.status == 404:  # gone
             self.results["gone"] += 1
             d.pods = [p for p in d.pods or [] if p.uid != pod.uid]
             d.blocked.pop(pod.ref, None)
+            return
+        if exc.status == 409:
+            # A failed UID precondition (replaced: gone) or a PDB update that kept conflicting with
+            # concurrent evictions (still there, still protected). Only a fresh read tells them apart:
+            # the next step lists again (or reads the watch); the pod is tried again after a wait.
+            self.results["conflict"] += 1
+            d.listed_at = float("-inf")
+            self._retry_later(d, pod, now, exc.retry_after, at_most=False)
+            self._log_once(pod.ref, "conflict", "eviction of %s answered 409 (%s): reading the pod again before "
+                           "another try", pod.ref, exc.message)
             return
         if exc.budget_refusal:
             self.results["blocked"] += 1
@@ -241,11 +263,15 @@ class Drainer:
                 key = f"{pod.namespace}/{name}"
                 d.budget_of[pod.uid] = key
                 d.budgets[key] = d.retries[pod.uid]
+                d.refused_by[pod.ref] = key
             self._log_once(pod.ref, "blocked", "eviction of %s refused: %s", pod.ref, _cause(exc))
             return
         if exc.status in (400, 403, 422):  # RBAC, the admission policy, a budget in a state only a human fixes
             self.results["forbidden"] += 1
             d.blocked[pod.ref] = exc.message
+            details = (exc.body or {}).get("details") or {} if isinstance(exc.body, dict) else {}
+            if exc.status == 403 and details.get("kind") == "poddisruptionbudget" and details.get("name"):
+                d.refused_by[pod.ref] = f"{pod.namespace}/{details['name']}"
             self._retry_later(d, pod, now, None, at_most=True)
             self._log_once(pod.ref, "forbidden", "eviction of %s not allowed: %s", pod.ref, exc)
             return
@@ -278,7 +304,8 @@ class Drainer:
         done = not evictable and not waiting
         if done:
             self._log_once("", "done", "node %s drained: %d pods evicted", self.node, d.evicted)
-        return DrainProgress(done, timed_out and not done, d.evicted, blocked, tuple(evictable))
+        pdbs = {r: d.refused_by[r] for r in blocked if r in d.refused_by}
+        return DrainProgress(done, timed_out and not done, d.evicted, blocked, tuple(evictable), pdbs)
 
     def _log_once(self, ref: str, state: str, msg: str, *args: Any) -> bool:
         if self._logged.get(ref) == state:

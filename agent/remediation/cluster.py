@@ -18,7 +18,7 @@ budget does not apply), retiring is the ladder's own record and a log line.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 log = logging.getLogger(__name__)
@@ -37,6 +37,8 @@ class Progress(Protocol):
     def blocked(self) -> tuple[str, ...]: ...
     @property
     def remaining(self) -> tuple[str, ...]: ...
+    @property
+    def pdbs(self) -> dict[str, str]: ...  # "ns/pod" → "ns/pdb" that refused it (the blocked pods it names)
 
 
 class Cluster(Protocol):
@@ -59,6 +61,7 @@ class Drained:
     evicted: int = 0
     blocked: tuple[str, ...] = ()
     remaining: tuple[str, ...] = ()
+    pdbs: dict[str, str] = field(default_factory=dict)
 
 
 class NoCluster:

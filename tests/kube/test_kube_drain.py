@@ -179,7 +179,7 @@ def test_a_pod_under_two_budgets_is_blocked_not_retried_hard(fake: FakeApiServer
     assert d.results["blocked"] == len(attempts)
 
 
-def test_gone_and_replaced_pods_count_as_done(fake: FakeApiServer, tmp_path: Any, clock: Clock) -> None:
+def test_gone_pods_count_as_done(fake: FakeApiServer, tmp_path: Any, clock: Clock) -> None:
     fake.add_pod(APP, "a", NODE)
     d = drainer(fake, tmp_path, clock)
     d.step(clock.t, frozenset({"no-such-uid"}))  # nothing selected: done at once
@@ -187,3 +187,78 @@ def test_gone_and_replaced_pods_count_as_done(fake: FakeApiServer, tmp_path: Any
     fake.before(lambda r: r.path.endswith("/eviction"), lambda: fake.cluster.delete(("", "pods", APP, "a")))
     progress = d.step(clock.t)
     assert d.results["gone"] == 1 and progress.done and progress.evicted == 0
+
+
+def _drainer_for(fake: FakeApiServer, tmp_path: Any, clock: Clock, node: str, seed: int) -> Drainer:
+    api = make_api(fake, str(tmp_path), settings(), clock)
+    return Drainer(api, node, DrainSection(), own_namespace=AGENT_NS, rng=random.Random(seed))
+
+
+def test_a_409_is_not_gone_two_replicas_on_two_faulty_nodes(fake: FakeApiServer, tmp_path: Any, clock: Clock) -> None:
+    """Issue 23 item 4: kube-apiserver answers 409 when concurrent evictions keep updating one PDB. Two nodes drain
+    at once, each with one replica of a 2-replica app under maxUnavailable 1; node B's first eviction races
+    node A's (which spends the budget) and is answered 409. Each node "reboots" (its pods die with it) when its drain says done: the app
+    never has both replicas down."""
+    other = "gpu-node-2"
+    fake.add_node(other)
+    fake.add_replicaset(APP, "web", 2, NODE, labels={"app": "web"}, ready_after=30)
+    fake.edit_pod(APP, "web-1", lambda p: p["spec"].__setitem__("nodeName", other))
+    fake.add_pdb(APP, "web", {"app": "web"}, max_unavailable=1)
+    a, b = _drainer_for(fake, tmp_path, clock, NODE, 1), _drainer_for(fake, tmp_path, clock, other, 2)
+    fake.before(lambda r: r.path.endswith("/web-1/eviction"), lambda: setattr(fake.workloads, "pdb_conflicts", 1))
+    rebooted: dict[str, float] = {}
+    seen: list[DrainProgress] = []
+    for _ in range(600):
+        for node, d in ((NODE, a), (other, b)):  # node B's eviction races node A's and meets the conflict
+            if node in rebooted:
+                continue
+            try:
+                p = d.step(clock.t)
+            except Wait:
+                continue
+            seen.append(p)
+            if p.done:  # the ladder would reboot now: whatever is still on the node goes down with it
+                rebooted[node] = clock.t
+                for pod in fake.pods(node):
+                    fake.cluster.delete(("", "pods", APP, pod["metadata"]["name"]))
+                    fake.workloads.note("deleted", APP, pod["metadata"]["name"])
+        if len(rebooted) == 2:
+            break
+        clock.t += 1.0
+    conflicts = [r for r in fake.log(verbs=("create",)) if r.path.endswith("/web-1/eviction") and r.status == 409]
+    assert len(conflicts) == 1, "the race happened"
+    assert unavailable_peak(fake, APP, "web", 2) == 1, "never both replicas down"
+    assert b.results["conflict"] == 1 and b.results["gone"] == 0, "a 409 is not counted as gone"
+    assert len(rebooted) == 2 and rebooted[other] > rebooted[NODE], "node B waited for the budget, then went"
+    assert any(p.blocked == (f"{APP}/web-1",) and p.pdbs == {f"{APP}/web-1": f"{APP}/web"} for p in seen), "the refusing PDB is named"
+
+
+def test_a_409_for_a_replaced_pod_is_gone_after_the_pod_is_read_again(fake: FakeApiServer, tmp_path: Any, clock: Clock) -> None:
+    """A failed UID precondition (a same-named pod took its place on another node) is gone, but only once the
+    next read shows it: the drain counts a conflict, lists again and is done without a second eviction."""
+    fake.add_pod(APP, "a", NODE)
+
+    def replace_elsewhere() -> None:
+        fake.cluster.delete(("", "pods", APP, "a"))
+        fake.add_pod(APP, "a", "spare-node")  # same name, new UID, not on this node
+
+    d = drainer(fake, tmp_path, clock)
+    fake.before(lambda r: r.path.endswith("/eviction"), replace_elsewhere)
+    first = d.step(clock.t)  # lists (the pod is there), evicts: 409 on the UID precondition
+    assert not first.done and d.results["conflict"] == 1 and d.results["gone"] == 0
+    steps = run(d, clock, until=60)
+    assert steps[-1].done and steps[-1].evicted == 0
+    assert len([r for r in fake.log(verbs=("create",)) if r.path.endswith("/eviction")]) == 1, "never evicted again"
+    lists = [r for r in fake.log(verbs=("list",)) if r.path == "/api/v1/pods"]
+    assert len(lists) == 2, "read again once, after the 409"
+
+
+def test_a_pdb_that_never_allows_is_named_in_the_progress(fake: FakeApiServer, tmp_path: Any, clock: Clock) -> None:
+    fake.add_pod(APP, "db-0", NODE, labels={"app": "db"}, owner=("StatefulSet", "db"))
+    fake.add_pdb(APP, "db", {"app": "db"}, max_unavailable=0)
+    d = drainer(fake, tmp_path, clock, timeout=60.0)
+    steps = run(d, clock, until=120)
+    last = steps[-1]
+    assert last.timed_out and not last.done
+    assert last.remaining == last.blocked == (f"{APP}/db-0",) and last.pdbs == {f"{APP}/db-0": f"{APP}/db"}
+    assert d.results["blocked"] >= 2 and d.results["gone"] == 0

@@ -98,6 +98,11 @@ class Workloads:
     clock: Callable[[], float]
     wall: Callable[[], float]
     pdb_controller: bool = True  # False: PDB status is not recomputed (observedGeneration lags)
+    # The next N evictions that consult a budget answer 409 Conflict on the PodDisruptionBudget and evict
+    # nothing: kube-apiserver's answer when concurrent evictions kept updating the same PDB through all of
+    # its EvictionsRetry steps (a multi-node drain wave); the request raced another one, so this comes
+    # before the budget's own checks.
+    pdb_conflicts: int = 0
     stuck: set[PodKey] = field(default_factory=set)  # pods the kubelet never stops
     stop_after: dict[PodKey, float] = field(default_factory=dict)  # seconds a pod takes to exit after SIGTERM
     replicasets: dict[PodKey, ReplicaSet] = field(default_factory=dict)
@@ -274,6 +279,10 @@ class Workloads:
 
     def _check_and_decrement(self, pdb: Obj, pod: str, dry_run: bool) -> None:
         s, meta = pdb.get("status") or {}, pdb["metadata"]
+        if self.pdb_conflicts > 0:
+            self.pdb_conflicts -= 1
+            self.note("eviction conflict", meta["namespace"], pod)
+            raise st.conflict("policy", "poddisruptionbudgets", meta["name"])
         if s.get("observedGeneration", 0) < meta.get("generation", 1):
             raise too_many(10, f"The disruption budget {meta['name']} is still being processed by the server.")
         if s.get("disruptionsAllowed", 0) < 0:
