@@ -37,6 +37,12 @@ class FaultPattern:
     # (prefix, needle) pairs, one of which every message the pattern matches starts with (and holds
     # the needle after it): the native screen (agent.kernel.patterns). Empty: screened by the regex.
     screen: tuple[tuple[str, str], ...] = ()
+    # A line that announces this fault (matched at the start of a message, never counted itself), and
+    # the message after it that this pattern then claims (pre-5.x kernels: "Memory cgroup out of memory:
+    # Kill process ..." then a bare "Killed process ..."). The next message a pattern matches, or that
+    # announces another fault, ends the announcement. The screen must also accept the announcing line.
+    prelude: str = ""
+    then: str = ""
 
 
 def _p(name: str, reason: str, severity: Severity, action: str, pattern: str, summary: str, **kw: object) -> FaultPattern:
@@ -85,17 +91,20 @@ PATTERNS: tuple[FaultPattern, ...] = (
        "Another kernel BUG report (scheduling while atomic, bad page state, workqueue lockup, ...).", hold=HOUR,
        screen=(('BUG: ', ''),)),
     # mm/oom_kill.c: "%s: Killed process %d (%s) total-vm:..." where %s is "Out of memory" or
-    # "Memory cgroup out of memory"; older kernels: "Killed process %d (%s) total-vm:..." alone.
+    # "Memory cgroup out of memory"; kernels before 5.1 print "%s: Kill process %d (%s) score %u or
+    # sacrifice child" (before 4.6: "or a child"), then "Killed process %d (%s) total-vm:..." alone: the
+    # bare line is classed by the line that announced it (`prelude`), a node OOM unless a cgroup's.
     # One kill is one match: "invoked oom-killer" and "oom-kill:constraint=" lines of the same report are not counted.
     _p("oom_kill", "KernelOomKill", _WARN, "none",
        r"(?:Out of memory: )?Killed process \d+ \(",
        "The kernel's OOM killer killed a process because the node ran out of memory.", hold=10 * MINUTE,
-       screen=(('Out of memory: Killed process ', ''), ('Killed process ', ''))),
+       prelude=r"Out of memory(?: \([a-z_]+\))?: Kill process \d+ \(",
+       screen=(('Out of memory: Killed process ', ''), ('Killed process ', ''), ('Out of memory', ': Kill process '))),
     _p("memcg_oom_kill", "KernelMemcgOomKill", _INFO, "none",
        r"Memory cgroup out of memory: Killed process \d+ \(",
        "A process was killed at its cgroup's memory limit (a container over its limit; the node is fine).",
-       hold=10 * MINUTE,
-       screen=(('Memory cgroup out of memory: Killed process ', ''),)),
+       hold=10 * MINUTE, prelude=r"Memory cgroup out of memory: Kill process \d+ \(", then=r"Killed process \d+ \(",
+       screen=(('Memory cgroup out of memory: Killed process ', ''), ('Memory cgroup out of memory: Kill process ', ''))),
     # arch/x86/kernel/cpu/mce/core.c (pr_fmt "mce: ", HW_ERR "[Hardware Error]: "); rate-limited to 2 a minute
     _p("machine_check", "MachineCheck", _WARN, "none",
        r"mce: \[Hardware Error\]: (?:Machine check events logged|CPU \d+: Machine Check)",
@@ -125,11 +134,12 @@ PATTERNS: tuple[FaultPattern, ...] = (
     _p("edac_ce", "EdacCorrectedLogged", _INFO, "none", r"EDAC MC\d+: \d+ CE ",
        "EDAC logged corrected memory errors (counted; the EDAC check judges the rate).",
        screen=(('EDAC MC', ' CE '),)),
-    # drivers/net/ethernet/mellanox/mlx5/core/cmd.c: "%s(0x%x) timeout. Will cause a leak of a command resource"
+    # drivers/net/ethernet/mellanox/mlx5/core/cmd.c: wait_func "%s(0x%x) timeout. Will cause a leak of a
+    # command resource"; cb_timeout_handler (an asynchronous command) "cmd[%d]: %s(0x%x) Async, timeout. Will ..."
     _p("mlx5_cmd_timeout", "Mlx5CommandTimeout", _CRIT, "reboot",
-       r"mlx5_core \S+: .*\(0x[0-9a-f]+\) timeout\. Will cause a leak of a command resource",
+       r"mlx5_core \S+: .*\(0x[0-9a-f]+\)(?: Async,)? timeout\. Will cause a leak of a command resource",
        "A ConnectX (mlx5) firmware command timed out: the adapter's firmware no longer answers.", hold=None,
-       screen=(('mlx5_core ', ') timeout. Will cause a leak of a command resource'),)),
+       screen=(('mlx5_core ', ' timeout. Will cause a leak of a command resource'),)),
     # .../mlx5/core/health.c: poll_health, print_health_info, mlx5_fw_fatal_reporter_err_work
     _p("mlx5_fatal", "Mlx5Fatal", _CRIT, "reboot",
        r"mlx5_core \S+: .*(?:device's health compromised - reached miss count|unrecoverable hardware error"
@@ -137,11 +147,14 @@ PATTERNS: tuple[FaultPattern, ...] = (
        "A ConnectX (mlx5) adapter is in a fatal state (health counter stopped, unrecoverable error, FW fatal).",
        hold=None,
        screen=(('mlx5_core ', "device's health compromised - reached miss count"), ('mlx5_core ', 'unrecoverable hardware error'), ('mlx5_core ', 'Fatal error '), ('mlx5_core ', 'Driver is in error state. Unloading'))),
-    # net/sched/sch_generic.c: "NETDEV WATCHDOG: %s (%s): transmit queue %u timed out"
+    # net/sched/sch_generic.c dev_watchdog: before 6.8, pr_info/WARN_ONCE "NETDEV WATCHDOG: %s (%s): transmit
+    # queue %u timed out %u ms"; since 6.8 (6.6.47, 6.1.107) netdev_crit "NETDEV WATCHDOG: CPU: %d: transmit
+    # queue %u timed out %u ms", after netdev_printk's "<driver> <bus id> <ifname>[ (reg state)]: " head
+    # (or "<ifname>: " without a parent device). The head varies: screened by a needle anywhere.
     _p("tx_timeout", "NetdevTxTimeout", _WARN, "none",
-       r"NETDEV WATCHDOG: \S+ \(\S+\): transmit queue \d+ timed out",
+       r"(?:(?:\S+ \S+ )?\S+(?: \(un[a-z]+\))?: )?NETDEV WATCHDOG: (?:\S+ \(\S+\)|CPU: \d+): transmit queue \d+ timed out",
        "A NIC transmit queue stalled and the driver reset it.", hold=30 * MINUTE,
-       screen=(('NETDEV WATCHDOG: ', 'transmit queue '),)),
+       screen=(('', 'NETDEV WATCHDOG: '),)),
     # drivers/nvme/host/pci.c nvme_timeout: "I/O %d QID %d timeout, ..." / "I/O tag %d (%04x) opcode ... QID %d timeout, ..."
     _p("nvme_timeout", "NvmeTimeout", _WARN, "none", r"nvme nvme\d+: I/O (?:tag )?\d+ .*QID \d+ timeout",
        "An NVMe command timed out (the driver aborts it or resets the controller).",

@@ -61,6 +61,10 @@ class Table:
         self.patterns = tuple(patterns)
         self.by_name = {p.name: p for p in self.patterns}
         self._each = [(re.compile(p.pattern.encode()), p) for p in self.patterns]
+        # (announcing line, the pattern, the message it claims after it): see FaultPattern.prelude
+        self._preludes = [(re.compile(p.prelude.encode()), p, re.compile(p.then.encode()) if p.then else None)
+                          for p in self.patterns if p.prelude]
+        self.pending: tuple[FaultPattern, re.Pattern[bytes] | None] | None = None  # the last announcement
         entries = [entry for p in self.patterns for entry in p.screen]
         self.screen = spec(entries)  # for `agent.kmsg.RecordBatch.screened`
         self._spec = self.screen + b"\0" if entries else b""
@@ -83,15 +87,35 @@ class Table:
             hits = sorted(set(hits).union(more))
         return self.confirm((i, messages[i]) for i in hits)
 
+    def _first(self, msg: bytes, each: Sequence[tuple[re.Pattern[bytes], FaultPattern]]) -> FaultPattern | None:
+        """The first of `each` that matches `msg`, the last announcement's claim first
+        (`FaultPattern.prelude`); an announcing line matches none and is remembered."""
+        if self._preludes:
+            for rx, p, then in self._preludes:
+                if rx.match(msg):
+                    self.pending = (p, then)
+                    return None
+            pending, self.pending = self.pending, None
+            if pending is not None and pending[1] is not None and pending[1].match(msg):
+                return pending[0]
+            for rx, p in each:
+                if rx.match(msg):
+                    return p
+            self.pending = pending  # matched nothing: the announcement still stands
+            return None
+        for rx, p in each:
+            if rx.match(msg):
+                return p
+        return None
+
     def confirm(self, candidates: Iterable[tuple[int, bytes]]) -> list[Match]:
         """The candidates (index, message) that a pattern matches, with the first
         pattern (in table order) that does."""
         out: list[Match] = []
         for i, msg in candidates:
-            for rx, p in self._each:
-                if rx.match(msg):
-                    out.append(Match(i, p))
-                    break
+            p = self._first(msg, self._each)
+            if p is not None:
+                out.append(Match(i, p))
         return out
 
     def confirm_screened(self, entries: Sequence[int], messages: Sequence[bytes]) -> list[tuple[int, FaultPattern]]:
@@ -101,6 +125,12 @@ class Table:
         entry (`entries`) on."""
         out = []
         from_entry = self._from_entry
+        if self._preludes:
+            for j, (k, msg) in enumerate(zip(entries, messages)):
+                found = self._first(msg, from_entry[k])
+                if found is not None:
+                    out.append((j, found))
+            return out
         for j, (k, msg) in enumerate(zip(entries, messages)):
             for rx, p in from_entry[k]:
                 if rx.match(msg):
@@ -112,7 +142,7 @@ class Table:
         """`scan` without the screen: every message tried against every pattern (the tests' oracle)."""
         out = []
         for i, msg in enumerate(messages):
-            p = next((p for rx, p in self._each if rx.match(msg)), None)
+            p = self._first(msg, self._each)
             if p is not None:
                 out.append(Match(i, p))
         return out

@@ -7,8 +7,11 @@
 //!
 //! Input: the screen, a NUL byte, then the messages separated by `\n`. The
 //! screen is its entries separated by 0x1e, each `prefix` or `prefix 0x1f
-//! needle`; an entry with an empty prefix is ignored. Without a NUL byte there
-//! is no screen and nothing matches.
+//! needle`; an entry with an empty prefix and a needle accepts a message that
+//! holds the needle anywhere (a message whose head varies, such as a driver's
+//! `<driver> <bus id>: <ifname>: NETDEV WATCHDOG: …`: it costs a search of
+//! every message, so the table keeps such entries few); an entry with neither
+//! is ignored. Without a NUL byte there is no screen and nothing matches.
 //!
 //! Record: 2 numbers (the message's 0-based line, the index of the first entry
 //! in screen order that accepts it), no strings. Twin: `agent/parsers/kscreen.py`.
@@ -17,10 +20,11 @@ use crate::ffi::Out;
 use crate::scan::{find_byte, line_end};
 use crate::xid::find;
 
-/// The screen's entries, by the first byte of their prefix.
+/// The screen's entries, by the first byte of their prefix; those without a prefix apart.
 pub struct Screen<'a> {
     entries: Vec<(&'a [u8], &'a [u8])>,
     by_first: Vec<Vec<usize>>,
+    anywhere: Vec<usize>,
 }
 
 impl<'a> Screen<'a> {
@@ -36,22 +40,28 @@ impl<'a> Screen<'a> {
             }
         }
         let mut by_first: Vec<Vec<usize>> = vec![Vec::new(); 256];
-        for (k, (prefix, _)) in entries.iter().enumerate() {
-            if let Some(&b) = prefix.first() {
-                by_first[b as usize].push(k);
+        let mut anywhere = Vec::new();
+        for (k, (prefix, needle)) in entries.iter().enumerate() {
+            match prefix.first() {
+                Some(&b) => by_first[b as usize].push(k),
+                None if !needle.is_empty() => anywhere.push(k),
+                None => {}
             }
         }
-        Screen { entries, by_first }
+        Screen { entries, by_first, anywhere }
     }
 
     /// The index of the first entry that accepts `msg`, if one does.
     #[inline]
     pub fn entry(&self, msg: &[u8]) -> Option<usize> {
         let &b = msg.first()?;
-        self.by_first[b as usize].iter().copied().find(|&k| {
+        let head = self.by_first[b as usize].iter().copied().find(|&k| {
             let (prefix, needle) = self.entries[k];
             msg.starts_with(prefix) && (needle.is_empty() || find(&msg[prefix.len()..], needle).is_some())
-        })
+        });
+        let before = head.unwrap_or(usize::MAX); // an entry without a prefix wins only from before it
+        let any = self.anywhere.iter().copied().take_while(|&k| k < before).find(|&k| find(msg, self.entries[k].1).is_some());
+        any.or(head)
     }
 }
 
@@ -102,10 +112,17 @@ INFO: task x:1 blocked\nhello\nBUG: soft lockup\n\nmlx5_core 0000:41:00.0: Fatal
     }
 
     #[test]
+    fn the_first_entry_in_screen_order_wins_with_or_without_a_prefix() {
+        let input = b"a\x1fz\x1e\x1fWATCHDOG\x1eb\0a WATCHDOG z\nb WATCHDOG\nWATCHDOG\nb";
+        assert_eq!(run(input), vec![(0, 0), (1, 1), (2, 1), (3, 2)]);
+    }
+
+    #[test]
     fn no_screen_or_empty_prefixes_match_nothing() {
         assert_eq!(run(b"BUG: x\nOops"), vec![]);
         assert_eq!(run(b"\0BUG: x"), vec![]);
-        assert_eq!(run(b"\x1fBUG\0BUG: x"), vec![]);
+        assert_eq!(run(b"\x1f\0BUG: x"), vec![]); // neither prefix nor needle
+        assert_eq!(run(b"\x1fBUG\0BUG: x\nan xBUG\nBU"), vec![(0, 0), (1, 0)]); // a needle anywhere
         assert_eq!(run(b"BUG\0"), vec![]);
         assert_eq!(run(b"BUG\0BUG"), vec![(0, 0)]);
         assert_eq!(run(b"mlx5 \x1fabc\0mlx5 ab\nmlx5 xabc\nmlx5abc"), vec![(1, 0)]);
