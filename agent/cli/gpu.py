@@ -1,7 +1,8 @@
 """`agent scan-log [FILE|-] [--json] [--config FILE]` and `agent xid N`.
 
 scan-log reads a saved kernel log (``dmesg`` with or without timestamps,
-``dmesg -T``, ``journalctl -k``, raw ``/dev/kmsg`` records) and lists every
+``dmesg -T``/``-x``/``-r``/``--time-format iso``, ``journalctl -k`` in its short
+formats, ``/var/log/kern.log`` and syslog files, raw ``/dev/kmsg`` records) and lists every
 NVIDIA event in it and every kernel fault of the fault table
 (`agent.kernel.catalog.PATTERNS`, with the changes of ``--config``'s
 ``[checks.kernel]``), with its meaning and recommended action: a post-mortem

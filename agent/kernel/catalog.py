@@ -58,30 +58,36 @@ PATTERNS: tuple[FaultPattern, ...] = (
        "A task was in uninterruptible sleep longer than kernel.hung_task_timeout_secs (at most hung_task_warnings reports a boot).",
        hold=30 * MINUTE,
        screen=(('INFO: task ', 'blocked for more than'),)),
-    # kernel/rcu/tree_stall.h: pr_err("INFO: %s self-detected stall on CPU") / "detected stalls on CPUs/tasks:"
+    # kernel/rcu/tree_stall.h: pr_err("INFO: %s self-detected stall on CPU") / "detected stalls on CPUs/tasks:",
+    # tree_exp.h "INFO: %s detected expedited stalls on CPUs/tasks: {"; tasks.h "INFO: rcu_tasks detected stalls on tasks:"
     _p("rcu_stall", "KernelRcuStall", _WARN, "none",
-       r"(?:rcu: )?INFO: rcu_(?:sched|preempt|bh) (?:self-detected stall on CPU|detected stalls? on CPUs?)",
+       r"(?:rcu: )?INFO: rcu_[a-z_]+ (?:self-detected stall on CPU|detected (?:expedited )?stalls? on (?:CPUs?|tasks))",
        "An RCU grace period stalled: a CPU did not pass a quiescent state for rcu_cpu_stall_timeout.",
        hold=30 * MINUTE,
        screen=(('rcu: INFO: rcu_', ''), ('INFO: rcu_', ''))),
     # kernel/watchdog.c: pr_emerg("BUG: soft lockup - CPU#%d stuck for %us! [%s:%d]\n"), pr_fmt "watchdog: "
+    # (4.x, where the NMI watchdog's file printed it: "NMI watchdog: "; before 3.x no prefix)
     _p("soft_lockup", "KernelSoftLockup", _WARN, "none",
-       r"(?:watchdog: )?BUG: soft lockup - CPU#\d+ stuck for \d+s!",
+       r"(?:(?:NMI )?watchdog: )?BUG: soft lockup - CPU#\d+ stuck for \d+s!",
        "A CPU ran kernel code without scheduling for longer than the soft-lockup threshold.",
        hold=30 * MINUTE,
-       screen=(('watchdog: BUG: soft lockup', ''), ('BUG: soft lockup', ''))),
+       screen=(('watchdog: BUG: soft lockup', ''), ('NMI watchdog: BUG: soft lockup', ''), ('BUG: soft lockup', ''))),
     # kernel/watchdog.c (perf and buddy detectors): "Watchdog detected hard LOCKUP on cpu %d"
     _p("hard_lockup", "KernelHardLockup", _CRIT, "reboot",
        r"(?:(?:NMI )?watchdog: )?Watchdog detected hard LOCKUP on cpu \d+",
        "A CPU stopped taking interrupts (hard lockup): the kernel cannot be trusted until a reboot.", hold=None,
        screen=(('watchdog: Watchdog detected hard LOCKUP', ''), ('NMI watchdog: Watchdog detected hard LOCKUP', ''), ('Watchdog detected hard LOCKUP', ''))),
-    # arch/x86/mm/fault.c, arch/x86/kernel/dumpstack.c, lib/bug.c, arch/x86/kernel/traps.c
+    # arch/x86/mm/fault.c, arch/x86/kernel/dumpstack.c, lib/bug.c, arch/x86/kernel/traps.c; arm64 (Grace):
+    # arch/arm64/mm/fault.c die_kernel_fault "Unable to handle kernel %s at virtual address %016lx",
+    # arch/arm64/kernel/traps.c die "Internal error: %s: %016lx [#%d]"
     _p("kernel_oops", "KernelOops", _CRIT, "reboot",
        r"(?:Oops: |kernel BUG at \S+:\d+!|general protection fault|divide error: \d+ \[#\d+\]"
-       r"|BUG: unable to handle |BUG: kernel NULL pointer dereference)",
+       r"|BUG: unable to handle |BUG: kernel NULL pointer dereference"
+       r"|Unable to handle kernel [a-zA-Z -]+ at virtual address [0-9a-f]+|Internal error: [^:]+: [0-9a-f]+ \[#\d+\])",
        "A kernel oops (page fault in the kernel, general protection fault, BUG_ON): a task died holding kernel state.",
        hold=None,
-       screen=(('Oops: ', ''), ('kernel BUG at ', ''), ('general protection fault', ''), ('divide error: ', ''), ('BUG: unable to handle ', ''), ('BUG: kernel NULL pointer dereference', ''))),
+       screen=(('Oops: ', ''), ('kernel BUG at ', ''), ('general protection fault', ''), ('divide error: ', ''), ('BUG: unable to handle ', ''), ('BUG: kernel NULL pointer dereference', ''),
+               ('Unable to handle kernel ', ' at virtual address '), ('Internal error: ', ' [#'))),
     # kernel/panic.c: pr_emerg("Kernel panic - not syncing: %s\n"); seen in saved logs (scan-log), pstore
     _p("kernel_panic", "KernelPanic", _CRIT, "reboot", r"Kernel panic - not syncing: ",
        "The kernel panicked (seen in a saved log or a console capture).", hold=None,
@@ -105,11 +111,12 @@ PATTERNS: tuple[FaultPattern, ...] = (
        "A process was killed at its cgroup's memory limit (a container over its limit; the node is fine).",
        hold=10 * MINUTE, prelude=r"Memory cgroup out of memory: Kill process \d+ \(", then=r"Killed process \d+ \(",
        screen=(('Memory cgroup out of memory: Killed process ', ''), ('Memory cgroup out of memory: Kill process ', ''))),
-    # arch/x86/kernel/cpu/mce/core.c (pr_fmt "mce: ", HW_ERR "[Hardware Error]: "); rate-limited to 2 a minute
+    # arch/x86/kernel/cpu/mce/core.c (pr_fmt "mce: ", HW_ERR "[Hardware Error]: "; before 4.x no "mce: ");
+    # rate-limited to 2 a minute
     _p("machine_check", "MachineCheck", _WARN, "none",
-       r"mce: \[Hardware Error\]: (?:Machine check events logged|CPU \d+: Machine Check)",
+       r"(?:mce: )?\[Hardware Error\]: (?:Machine check events logged|CPU \d+: Machine Check)",
        "A machine check was logged (CPU, cache or memory); EDAC's counts say whether it was corrected.",
-       screen=(('mce: [Hardware Error]: ', ''),)),
+       screen=(('mce: [Hardware Error]: ', ''), ('[Hardware Error]: Machine check events logged', ''), ('[Hardware Error]: CPU ', ': Machine Check'))),
     # mm/memory-failure.c: pr_fmt "Memory failure: ", "%#lx: recovery action for %s: %s"
     _p("memory_failure", "MemoryFailure", _WARN, "none", r"Memory failure: 0x[0-9a-f]+: ",
        "The kernel poisoned a page after an uncorrected memory error (memory-failure handling).",
@@ -140,13 +147,25 @@ PATTERNS: tuple[FaultPattern, ...] = (
        r"mlx5_core \S+: .*\(0x[0-9a-f]+\)(?: Async,)? timeout\. Will cause a leak of a command resource",
        "A ConnectX (mlx5) firmware command timed out: the adapter's firmware no longer answers.", hold=None,
        screen=(('mlx5_core ', ' timeout. Will cause a leak of a command resource'),)),
-    # .../mlx5/core/health.c: poll_health, print_health_info, mlx5_fw_fatal_reporter_err_work
+    # .../mlx5/core/health.c: poll_health, print_health_info (6.x: "Health issue observed, %s, severity(%d) %s:"
+    # with the syndrome's name), mlx5_fw_fatal_reporter_err_work, mlx5_health_try_recover ("health recovery
+    # flow aborted, PCI reads still not working" / "PCI channel offline" / "unexpected NIC IFC mode %d", "health
+    # recovery failed")
     _p("mlx5_fatal", "Mlx5Fatal", _CRIT, "reboot",
        r"mlx5_core \S+: .*(?:device's health compromised - reached miss count|unrecoverable hardware error"
-       r"|Fatal error \d+ detected|Driver is in error state\. Unloading)",
+       r"|Fatal error \d+ detected|Driver is in error state\. Unloading|health recovery flow aborted|health recovery failed)",
        "A ConnectX (mlx5) adapter is in a fatal state (health counter stopped, unrecoverable error, FW fatal).",
        hold=None,
-       screen=(('mlx5_core ', "device's health compromised - reached miss count"), ('mlx5_core ', 'unrecoverable hardware error'), ('mlx5_core ', 'Fatal error '), ('mlx5_core ', 'Driver is in error state. Unloading'))),
+       screen=(('mlx5_core ', "device's health compromised - reached miss count"), ('mlx5_core ', 'unrecoverable hardware error'), ('mlx5_core ', 'Fatal error '), ('mlx5_core ', 'Driver is in error state. Unloading'),
+               ('mlx5_core ', 'health recovery f'))),
+    # .../mlx5/core/health.c print_health_info: any other health syndrome the firmware raised (the fatal
+    # ones are Mlx5Fatal above): "Health issue observed, firmware internal error, severity(3) ERROR:";
+    # before 6.1 "synd 0x%x: %s". The firmware reporter recovers the adapter when it can.
+    _p("mlx5_health_syndrome", "Mlx5HealthSyndrome", _WARN, "none",
+       r"mlx5_core \S+: .*(?:Health issue observed, |synd 0x[0-9a-f]+: )",
+       "A ConnectX (mlx5) adapter's firmware raised a health syndrome (not one of the fatal ones).",
+       hold=HOUR,
+       screen=(('mlx5_core ', 'Health issue observed, '), ('mlx5_core ', 'synd 0x'))),
     # net/sched/sch_generic.c dev_watchdog: before 6.8, pr_info/WARN_ONCE "NETDEV WATCHDOG: %s (%s): transmit
     # queue %u timed out %u ms"; since 6.8 (6.6.47, 6.1.107) netdev_crit "NETDEV WATCHDOG: CPU: %d: transmit
     # queue %u timed out %u ms", after netdev_printk's "<driver> <bus id> <ifname>[ (reg state)]: " head

@@ -187,15 +187,19 @@ DEFAULT = Table(PATTERNS)
 
 # One line of a saved kernel log, its message captured: the optional kmsg record
 # header ("prio,seq,usec,flags;"), a printk level ("<4>"), dmesg -x's "kern  :err   : ",
-# a syslog / journalctl -k head ("Nov 25 10:00:01 host kernel: ", or ISO time), and
-# dmesg's bracket ("[  123.456789] ", "[Tue Nov 25 10:00:01 2026] ").
+# a syslog / journal head ("<stamp> host kernel: ": syslog's "Nov 25 10:00:01" (journalctl's
+# short and short-precise with microseconds), ISO time (short-iso, rsyslog's RFC 3339),
+# short-full's "Tue 2026-11-25 10:00:01 UTC", short-monotonic's "[  123.456789]"), dmesg's
+# --time-format iso stamp and dmesg's bracket ("[  123.456789] ", "[Tue Nov 25 10:00:01 2026] ").
+# A bracket holds a digit: a message of its own that starts with one ("[Hardware Error]: ...") is kept.
 _LINE = re.compile(
     rb"^(?:\d{1,19},\d{1,19},(?P<usec>\d{1,19})(?:,[^;]*)?;)?"
     rb"(?:<\d{1,4}>)?"
     rb"(?:[a-z]{2,8} *:[a-z]{2,6} *: )?"
-    rb"(?:(?P<syslog>[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d|\d{4}-\d\d-\d\dT\S+) \S+ kernel: )?"
+    rb"(?:(?P<syslog>[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d(?:\.\d{1,9})?|\d{4}-\d\d-\d\dT\S+"
+    rb"|[A-Z][a-z]{2} \d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d{1,9})? [A-Z0-9+-]{1,6}|\[ *\d{1,12}\.\d{1,9}\]) \S+ kernel: )?"
     rb"(?:(?P<iso>\d{4}-\d\d-\d\dT\S+) )?"
-    rb"(?:\[(?P<bracket>[^\]]{1,40})\] ?)?"
+    rb"(?:\[(?P<bracket>[^\]\d]{0,39}\d[^\]]{0,39})\] ?)?"
 )
 
 
@@ -217,7 +221,7 @@ def time_of(line: bytes) -> str:
         usec = int(m["usec"])
         return f"{usec // 1_000_000}.{usec % 1_000_000:06d}"
     stamp = m["iso"] or m["syslog"]
-    return stamp.decode("ascii", "replace") if stamp else ""
+    return stamp.strip(b"[] ").decode("ascii", "replace") if stamp else ""
 
 
 def facility_of(line: bytes) -> int | None:

@@ -179,3 +179,35 @@ def test_pre_5_kernels_bare_killed_process_is_classed_by_the_line_announcing_it(
     assert batch.sequential and table.screened_only
     mine, _ = faults(table, batch)
     assert [(r.seq - 10, p.name) for r, _, p in mine] == OLD_OOM_VERDICTS
+
+
+# Each format a saved kernel log comes in, as a template of one line around the message.
+FORMATS = {
+    "kmsg record": "6,{n},{n}000,-;{m}",
+    "dmesg": "[   66.{n:06d}] {m}",
+    "dmesg -t": "{m}",
+    "dmesg -T": "[Sat Nov 28 10:00:{s:02d} 2026] {m}",
+    "dmesg -x": "kern  :err   : [   66.{n:06d}] {m}",
+    "dmesg -r": "<3>[   66.{n:06d}] {m}",
+    "dmesg --time-format iso": "2026-11-28T10:00:{s:02d},123456+00:00 {m}",
+    "kern.log / syslog": "Nov 28 10:00:{s:02d} gpu-node-17 kernel: [   66.{n:06d}] {m}",
+    "rsyslog RFC 3339": "2026-11-28T10:00:{s:02d}.123456+00:00 gpu-node-17 kernel: [   66.{n:06d}] {m}",
+    "journalctl -k": "Nov  8 10:00:{s:02d} gpu-node-17 kernel: {m}",
+    "journalctl -o short-iso": "2026-11-28T10:00:{s:02d}+0000 gpu-node-17 kernel: {m}",
+    "journalctl -o short-precise": "Nov 28 10:00:{s:02d}.123456 gpu-node-17 kernel: {m}",
+    "journalctl -o short-monotonic": "[   66.{n:06d}] gpu-node-17 kernel: {m}",
+    "journalctl -o short-full": "Sat 2026-11-28 10:00:{s:02d} UTC gpu-node-17 kernel: {m}",
+}
+
+
+@pytest.mark.parametrize("form", FORMATS)
+def test_every_fixture_line_matches_the_same_in_every_saved_log_format(form: str) -> None:
+    """`agent scan-log` reads kmsg records, dmesg and journal text: each pattern's real lines
+    (and each near miss) give the same verdict in every format, a whole log at a time."""
+    from agent.kernel.patterns import scan_log
+
+    text = "\n".join(FORMATS[form].format(n=i + 1, s=i % 60, m=m) for i, (_, m) in enumerate(LINES))
+    table = build()
+    found = [(n, p.name, msg.decode()) for n, _, p, msg in scan_log(text.encode(), table)]
+    assert found == [(i + 1, name, m) for i, (name, m) in enumerate(LINES) if name != "-"]
+    assert {p.name for p in PATTERNS} <= {name for _, name, _ in found}
