@@ -199,6 +199,123 @@ PATTERNS: tuple[FaultPattern, ...] = (
        "An XFS filesystem shut itself down after an I/O error or corruption: it fails every operation until remounted.",
        hold=None,
        screen=(('XFS (', 'Shutting down filesystem'), ('XFS (', 'Filesystem has been shut down'))),
+    # fs/ext4/super.c ext4_handle_error: ext4_msg(KERN_CRIT, "Remounting filesystem read-only"); ext3's
+    # "error: remounting filesystem read-only", f2fs's, btrfs's "forced readonly", fat's "Filesystem has been
+    # set read-only". Every filesystem, not only the mounts the disk check watches (DiskReadOnly).
+    _p("fs_read_only", "FilesystemReadOnly", _CRIT, "drain_and_diagnose",
+       r"(?:EXT[234]|F2FS)-fs \(\S+\): (?:error: )?[Rr]emounting filesystem read-only"
+       r"|BTRFS(?: info)? \(device \S+\): forced readonly|FAT-fs \(\S+\): Filesystem has been set read-only",
+       "A filesystem remounted itself read-only after an error: every write to it fails until it is repaired.",
+       hold=None,
+       screen=(('EXT', 'emounting filesystem read-only'), ('F2FS-fs (', 'emounting filesystem read-only'),
+               ('BTRFS', 'forced readonly'), ('FAT-fs (', 'Filesystem has been set read-only'))),
+    # fs/ext4/super.c ext4_commit_super: ext4_msg(KERN_ERR, "I/O error while writing superblock")
+    _p("fs_superblock_write", "FilesystemSuperblockWriteError", _WARN, "drain_and_diagnose",
+       r"EXT[234]-fs \(\S+\): I/O error while writing superblock",
+       "A filesystem could not write its superblock (an I/O error on its device).",
+       screen=(('EXT', 'I/O error while writing superblock'),)),
+    # fs/ext4/super.c __ext4_error: "EXT4-fs error (device %s): %s:%d: comm %s: %pV"; __ext4_warning
+    # "EXT4-fs warning (device %s): %s:%d: %pV". The disk check reads ext4's error count for its mounts.
+    _p("ext4_error", "Ext4Error", _WARN, "none", r"EXT4-fs error \(device \S+\): ",
+       "ext4 found an error (corruption or an I/O error) on a filesystem; errors=remount-ro turns it read-only.",
+       screen=(('EXT4-fs error (device ', ''),)),
+    _p("ext4_warning", "Ext4Warning", _INFO, "none", r"EXT4-fs warning \(device \S+\): ",
+       "ext4 warned about a filesystem (a full directory index, a delayed allocation failure, ...).",
+       hold=10 * MINUTE,
+       screen=(('EXT4-fs warning (device ', ''),)),
+    # block/blk-core.c bio_check_eod: "%s: attempt to access beyond end of device\n%pg: rw=%d, sector=..."
+    # (5.10+, after the task's comm), before: "attempt to access beyond end of device" alone.
+    _p("beyond_end_of_device", "BlockBeyondEndOfDevice", _WARN, "none",
+       r"(?:\S+: )?attempt to access beyond end of device",
+       "An I/O asked for sectors past the end of a device (a partition table or filesystem that does not fit its device).",
+       screen=(('', 'attempt to access beyond end of device'),)),
+    # drivers/md/raid1.c, raid10.c, raid5.c: pr_crit("md/raid1:%s: Disk failure on %pg, disabling device.") and
+    # md.c / raid1 (last device): "md/raid1:%s: Disk failure on %pg detected, failing array."; raid5
+    # "md/raid:%s: Cannot continue operation (%d/%d failed)."
+    _p("md_array_failed", "MdArrayFailed", _CRIT, "drain_and_diagnose",
+       r"md/raid\d*:\S+: (?:Disk failure on \S+ detected, failing array|Cannot continue operation)",
+       "An md RAID array failed: too few of its devices are left to run it.", hold=None,
+       screen=(('md/raid', 'failing array'), ('md/raid', 'Cannot continue operation'))),
+    _p("md_disk_failed", "MdDiskFailed", _WARN, "none",
+       r"md/raid\d*:\S+: Disk failure on \S+, disabling device",
+       "An md RAID array lost a member device and runs degraded.", hold=None,
+       screen=(('md/raid', 'Disk failure on '),)),
+    # drivers/nvme/host/multipath.c nvme_ns_head_submit_bio: dev_warn_ratelimited("no available path - failing I/O")
+    _p("nvme_no_path", "NvmeNoPath", _CRIT, "drain_and_diagnose",
+       r"block nvme\d+n\d+: no available path - failing I/O",
+       "An NVMe namespace has no usable path left: every I/O to it fails.",
+       screen=(('block nvme', 'no available path - failing I/O'),)),
+    # fs/nfs/... "nfs: server %s not responding, still trying" / "timed out" (soft mounts); "nfs: server %s OK"
+    # when it answers again (not matched). The disk check sees the mount hang; this line names the server.
+    _p("nfs_not_responding", "NfsServerNotResponding", _WARN, "none",
+       r"nfs: server \S+ not responding, (?:still trying|timed out)",
+       "An NFS server stopped answering this client (the line names the server).", hold=30 * MINUTE,
+       screen=(('nfs: server ', ' not responding, '),)),
+    # fs/nfs/nfs4state.c nfs4_reclaim_open_state: pr_err("NFS: %s: Lock reclaim failed!")
+    _p("nfs_lock_reclaim", "NfsLockReclaimFailed", _WARN, "none",
+       r"NFS: \S+: Lock reclaim failed!",
+       "After an NFS server restarted, this client could not reclaim a file lock: an application lost it.",
+       screen=(('NFS: ', 'Lock reclaim failed!'),)),
+    # net/core/dev.c netdev_wait_allrefs: pr_emerg("unregister_netdevice: waiting for %s to become free. Usage
+    # count = %d") every 10 s while a device's references are held: three in 5 min is one stuck for 20 s or more.
+    _p("netdev_unregister_stuck", "NetdevUnregisterStuck", _WARN, "none",
+       r"unregister_netdevice: waiting for \S+ to become free\. Usage count = -?\d+",
+       "A network device cannot be removed (its references are held): pod network teardown and setup hang.",
+       threshold=3, window=5 * MINUTE, hold=30 * MINUTE,
+       screen=(('unregister_netdevice: waiting for ', ''),)),
+    # net/netfilter/nf_conntrack_core.c: net_warn_ratelimited("nf_conntrack: table full, dropping packet")
+    # under pr_fmt "nf_conntrack: "; older kernels "nf_conntrack: table full" alone, and ip_conntrack's.
+    _p("conntrack_full", "ConntrackTableFull", _WARN, "none",
+       r"(?:nf_conntrack: )?(?:nf|ip)_conntrack: table full, dropping packet",
+       "The connection-tracking table is full (net.netfilter.nf_conntrack_max): new connections are dropped.",
+       hold=30 * MINUTE,
+       screen=(('nf_conntrack: ', 'table full, dropping packet'), ('ip_conntrack: table full', ''))),
+    # fs/file_table.c alloc_empty_file: pr_info("VFS: file-max limit %lu reached")
+    _p("file_max", "FileMaxReached", _WARN, "none", r"VFS: file-max limit \d+ reached",
+       "The system-wide open-file limit (fs.file-max) was reached: opening a file fails with ENFILE.",
+       hold=30 * MINUTE,
+       screen=(('VFS: file-max limit ', ''),)),
+    # drivers/infiniband/hw/efa/efa_com.c (AWS EFA), through ibdev_err ("infiniband <ibdev>: ") or dev_err
+    # ("efa <bdf>: "): "Wait for completion (polling) timeout", "The device didn't send any completion for admin
+    # cmd %s(%d) status %d ...", "Admin queue is closed". The ENA driver shares words: anchored on efa's heads.
+    _p("efa_admin_timeout", "EfaAdminTimeout", _CRIT, "reboot",
+       r"(?:efa [0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]|infiniband (?:rdmap|efa_)\S*): "
+       r"(?:Wait for completion \(polling\) timeout|The device didn't send any completion for admin cmd|Admin queue is closed)",
+       "An AWS EFA adapter stopped answering its admin commands: the device is unusable until it is reset.",
+       hold=None,
+       screen=(('efa ', 'Wait for completion (polling) timeout'), ('efa ', "The device didn't send any completion"), ('efa ', 'Admin queue is closed'),
+               ('infiniband ', 'Wait for completion (polling) timeout'), ('infiniband ', "The device didn't send any completion"), ('infiniband ', 'Admin queue is closed'))),
+    # efa_com.c efa_com_dev_reset / efa_com_validate_version: "Reset indication didn't turn on|off", "Device
+    # isn't ready, can't reset device", "Device isn't ready, abort com init %#x"
+    _p("efa_reset_failed", "EfaResetFailed", _CRIT, "drain_and_diagnose",
+       r"(?:efa [0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]|infiniband (?:rdmap|efa_)\S*): "
+       r"(?:Reset indication didn't turn (?:on|off)|Device isn't ready, (?:can't reset device|abort com init))",
+       "An AWS EFA adapter failed its reset or never became ready: a reboot of the guest is unlikely to help.",
+       hold=None,
+       screen=(('efa ', 'Reset indication didn'), ('efa ', "Device isn't ready, "), ('infiniband ', 'Reset indication didn'), ('infiniband ', "Device isn't ready, "))),
+    # drivers/net/ethernet/mellanox/mlx5/core/events.c: "Detected insufficient power on the PCIe slot (%dW)."
+    _p("mlx5_pcie_power", "Mlx5PciePowerInsufficient", _WARN, "none",
+       r"mlx5_core \S+: .*Detected insufficient power on the PCIe slot",
+       "A ConnectX (mlx5) adapter reports its PCIe slot gives it too little power.", hold=None,
+       screen=(('mlx5_core ', 'Detected insufficient power on the PCIe slot'),)),
+    # events.c port_module_event: "Port module event[error]: module %u, %s, %s" with "High Temperature"
+    _p("mlx5_module_temperature", "Mlx5ModuleHighTemperature", _WARN, "none",
+       r"mlx5_core \S+: .*Port module event(?:\[error\])?: module \d+, .*High Temperature",
+       "A ConnectX (mlx5) port's cable module (optic) reports a high temperature.",
+       screen=(('mlx5_core ', 'High Temperature'),)),
+    # nvidia-peermem.c (GPUDirect RDMA): peer_err("%s:%d ERROR detected invalid context, skipping further processing")
+    _p("peermem_invalid_context", "PeermemInvalidContext", _WARN, "none",
+       r"nvidia-peermem \S+:\d+ ERROR detected invalid context, skipping further processing",
+       "nvidia-peermem saw a GPU memory registration whose context was already gone (a GPUDirect RDMA teardown race).",
+       screen=(('nvidia-peermem ', 'ERROR detected invalid context'),)),
+    # NVIDIA driver (GH100/GB100 NVLink discovery): "NVRM: knvlinkDiscoverPostRxDetLinks_GH100: Getting peer0's
+    # postRxDetLinkMask failed!", "NVRM: knvlinkUpdatePostRxDetectLinkMask_IMPL: Failed to update Rx Detect Link mask!"
+    _p("nvlink_rx_detect", "NvlinkRxDetectFailed", _WARN, "drain_and_diagnose",
+       r"NVRM: (?:knvlinkDiscoverPostRxDetLinks_\w+: Getting peer\d+(?:'s)? postRxDetLinkMask failed!"
+       r"|knvlinkUpdatePostRxDetectLinkMask_\w+: Failed to update Rx Detect Link mask!)",
+       "The NVIDIA driver could not find an NVLink peer's links at discovery: NVLink to that peer is missing until a reboot.",
+       hold=None,
+       screen=(('NVRM: knvlink', 'postRxDetLinkMask failed!'), ('NVRM: knvlink', 'Failed to update Rx Detect Link mask!'))),
 )
 
 
