@@ -47,6 +47,12 @@ def check_regex(pattern: str) -> str | None:
     return None
 
 
+def _literal_head(pattern: str) -> bytes:
+    """The literal text a regular expression's matches start with (up to its first special character)."""
+    m = re.match(r"[^\\.^$*+?{}\[\]|()]*", pattern)
+    return (m.group() if m else "").encode()
+
+
 @dataclass(frozen=True, slots=True)
 class Match:
     index: int  # of the message in the list scanned
@@ -65,6 +71,8 @@ class Table:
         self._preludes = [(re.compile(p.prelude.encode()), p, re.compile(p.then.encode()) if p.then else None)
                           for p in self.patterns if p.prelude]
         self.pending: tuple[FaultPattern, re.Pattern[bytes] | None] | None = None  # the last announcement
+        # the literal start of each announcement: only a message that starts with one meets their regexes
+        self._prelude_heads = tuple(_literal_head(p.prelude) for p in self.patterns if p.prelude)
         entries = [entry for p in self.patterns for entry in p.screen]
         self.screen = spec(entries)  # for `agent.kmsg.RecordBatch.screened`
         self._spec = self.screen + b"\0" if entries else b""
@@ -91,11 +99,17 @@ class Table:
         """The first of `each` that matches `msg`, the last announcement's claim first
         (`FaultPattern.prelude`); an announcing line matches none and is remembered."""
         if self._preludes:
-            for rx, p, then in self._preludes:
-                if rx.match(msg):
-                    self.pending = (p, then)
-                    return None
+            if msg.startswith(self._prelude_heads):
+                for rx, p, then in self._preludes:
+                    if rx.match(msg):
+                        self.pending = (p, then)
+                        return None
             pending, self.pending = self.pending, None
+            if pending is None:
+                for rx, p in each:
+                    if rx.match(msg):
+                        return p
+                return None
             if pending is not None and pending[1] is not None and pending[1].match(msg):
                 return pending[0]
             for rx, p in each:
