@@ -62,7 +62,7 @@ __all__ = [
     "parse_xid",
 ]
 
-ABI_VERSION: Final = 4
+ABI_VERSION: Final = 5  # 5: a screen entry without a prefix (a needle anywhere): an older library would miss it
 ENV: Final = "NODE_HEALTH_AGENT_PARSERS"
 _CHOICES: Final = ("auto", "native", "python")
 _OK, _ERR_BUFFER, _ERR_ARGS, _ERR_PANIC = 0, 1, 2, -1

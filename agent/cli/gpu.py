@@ -1,7 +1,8 @@
 """`agent scan-log [FILE|-] [--json] [--config FILE]` and `agent xid N`.
 
 scan-log reads a saved kernel log (``dmesg`` with or without timestamps,
-``dmesg -T``, ``journalctl -k``, raw ``/dev/kmsg`` records) and lists every
+``dmesg -T``/``-x``/``-r``/``--time-format iso``, ``journalctl -k`` in its short
+formats, ``/var/log/kern.log`` and syslog files, raw ``/dev/kmsg`` records) and lists every
 NVIDIA event in it and every kernel fault of the fault table
 (`agent.kernel.catalog.PATTERNS`, with the changes of ``--config``'s
 ``[checks.kernel]``), with its meaning and recommended action: a post-mortem
@@ -38,6 +39,10 @@ def register(sub: Any) -> None:
     scan.add_argument("file", nargs="?", default="-", metavar="FILE|-", help="the log file; - or nothing: standard input")
     scan.add_argument("--json", action="store_true", help="a JSON list of events")
     scan.add_argument("--config", metavar="FILE", help="take the kernel fault table's changes from this config ([checks.kernel])")
+    scan.add_argument(
+        "--patterns", metavar="FILE",
+        help="add node-problem-detector's kernel-monitor rules (its kernel-monitor.json) after the table's patterns",
+    )
     scan.set_defaults(func=cmd_scan_log)
     xid = sub.add_parser("xid", help="explain one Xid: meaning, severity, recommended action")
     xid.add_argument("number", metavar="N")
@@ -118,6 +123,13 @@ def _table(config: str | None) -> Table:
 
 def cmd_scan_log(args: argparse.Namespace) -> int:
     table = _table(args.config)
+    if args.patterns:
+        from ..kernel.npd import NpdError, with_rules
+
+        try:
+            table = with_rules(table, _read(args.patterns))
+        except NpdError as exc:
+            raise UsageError(f"{args.patterns}: {exc}") from None
     data = _read(args.file)
     not_kernel: list[int] = []
     events = scan(data, not_kernel)

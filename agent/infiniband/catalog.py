@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..catalog import Catalog, MetricSpec, Reason
 from ..findings import Severity
 
-W, C = Severity.WARNING, Severity.CRITICAL
+W, C, INFO = Severity.WARNING, Severity.CRITICAL, Severity.INFO
 _DRAIN = "drain_and_diagnose"  # a cable, optic or switch port: the node cannot mend it itself
 
 
@@ -58,9 +58,10 @@ REASONS: tuple[Reason, ...] = (
         "link_error_recovery increased by more than link_error_recovery_limit within link_error_recovery_window.",
     ),
     _r(
-        "IbCounterSaturated", W, "none",
+        "IbCounterSaturated", INFO, "none",
         "An error counter sits at its maximum (IBTA port counters saturate, they do not wrap): its increases "
-        "cannot be seen until it is cleared (perfquery -x).",
+        "cannot be seen until it is cleared (perfquery -x). Information: the increases that took it there were "
+        "judged as they were seen, and a healthy port's old errors are no fault.",
         unknown=True,
     ),
     _r(

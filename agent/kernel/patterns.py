@@ -47,6 +47,12 @@ def check_regex(pattern: str) -> str | None:
     return None
 
 
+def _literal_head(pattern: str) -> bytes:
+    """The literal text a regular expression's matches start with (up to its first special character)."""
+    m = re.match(r"[^\\.^$*+?{}\[\]|()]*", pattern)
+    return (m.group() if m else "").encode()
+
+
 @dataclass(frozen=True, slots=True)
 class Match:
     index: int  # of the message in the list scanned
@@ -61,6 +67,12 @@ class Table:
         self.patterns = tuple(patterns)
         self.by_name = {p.name: p for p in self.patterns}
         self._each = [(re.compile(p.pattern.encode()), p) for p in self.patterns]
+        # (announcing line, the pattern, the message it claims after it): see FaultPattern.prelude
+        self._preludes = [(re.compile(p.prelude.encode()), p, re.compile(p.then.encode()) if p.then else None)
+                          for p in self.patterns if p.prelude]
+        self.pending: tuple[FaultPattern, re.Pattern[bytes] | None] | None = None  # the last announcement
+        # the literal start of each announcement: only a message that starts with one meets their regexes
+        self._prelude_heads = tuple(_literal_head(p.prelude) for p in self.patterns if p.prelude)
         entries = [entry for p in self.patterns for entry in p.screen]
         self.screen = spec(entries)  # for `agent.kmsg.RecordBatch.screened`
         self._spec = self.screen + b"\0" if entries else b""
@@ -83,15 +95,41 @@ class Table:
             hits = sorted(set(hits).union(more))
         return self.confirm((i, messages[i]) for i in hits)
 
+    def _first(self, msg: bytes, each: Sequence[tuple[re.Pattern[bytes], FaultPattern]]) -> FaultPattern | None:
+        """The first of `each` that matches `msg`, the last announcement's claim first
+        (`FaultPattern.prelude`); an announcing line matches none and is remembered."""
+        if self._preludes:
+            if msg.startswith(self._prelude_heads):
+                for rx, p, then in self._preludes:
+                    if rx.match(msg):
+                        self.pending = (p, then)
+                        return None
+            pending, self.pending = self.pending, None
+            if pending is None:
+                for rx, p in each:
+                    if rx.match(msg):
+                        return p
+                return None
+            if pending is not None and pending[1] is not None and pending[1].match(msg):
+                return pending[0]
+            for rx, p in each:
+                if rx.match(msg):
+                    return p
+            self.pending = pending  # matched nothing: the announcement still stands
+            return None
+        for rx, p in each:
+            if rx.match(msg):
+                return p
+        return None
+
     def confirm(self, candidates: Iterable[tuple[int, bytes]]) -> list[Match]:
         """The candidates (index, message) that a pattern matches, with the first
         pattern (in table order) that does."""
         out: list[Match] = []
         for i, msg in candidates:
-            for rx, p in self._each:
-                if rx.match(msg):
-                    out.append(Match(i, p))
-                    break
+            p = self._first(msg, self._each)
+            if p is not None:
+                out.append(Match(i, p))
         return out
 
     def confirm_screened(self, entries: Sequence[int], messages: Sequence[bytes]) -> list[tuple[int, FaultPattern]]:
@@ -101,6 +139,12 @@ class Table:
         entry (`entries`) on."""
         out = []
         from_entry = self._from_entry
+        if self._preludes:
+            for j, (k, msg) in enumerate(zip(entries, messages)):
+                found = self._first(msg, from_entry[k])
+                if found is not None:
+                    out.append((j, found))
+            return out
         for j, (k, msg) in enumerate(zip(entries, messages)):
             for rx, p in from_entry[k]:
                 if rx.match(msg):
@@ -112,7 +156,7 @@ class Table:
         """`scan` without the screen: every message tried against every pattern (the tests' oracle)."""
         out = []
         for i, msg in enumerate(messages):
-            p = next((p for rx, p in self._each if rx.match(msg)), None)
+            p = self._first(msg, self._each)
             if p is not None:
                 out.append(Match(i, p))
         return out
@@ -157,15 +201,19 @@ DEFAULT = Table(PATTERNS)
 
 # One line of a saved kernel log, its message captured: the optional kmsg record
 # header ("prio,seq,usec,flags;"), a printk level ("<4>"), dmesg -x's "kern  :err   : ",
-# a syslog / journalctl -k head ("Nov 25 10:00:01 host kernel: ", or ISO time), and
-# dmesg's bracket ("[  123.456789] ", "[Tue Nov 25 10:00:01 2026] ").
+# a syslog / journal head ("<stamp> host kernel: ": syslog's "Nov 25 10:00:01" (journalctl's
+# short and short-precise with microseconds), ISO time (short-iso, rsyslog's RFC 3339),
+# short-full's "Tue 2026-11-25 10:00:01 UTC", short-monotonic's "[  123.456789]"), dmesg's
+# --time-format iso stamp and dmesg's bracket ("[  123.456789] ", "[Tue Nov 25 10:00:01 2026] ").
+# A bracket holds a digit: a message of its own that starts with one ("[Hardware Error]: ...") is kept.
 _LINE = re.compile(
     rb"^(?:\d{1,19},\d{1,19},(?P<usec>\d{1,19})(?:,[^;]*)?;)?"
     rb"(?:<\d{1,4}>)?"
     rb"(?:[a-z]{2,8} *:[a-z]{2,6} *: )?"
-    rb"(?:(?P<syslog>[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d|\d{4}-\d\d-\d\dT\S+) \S+ kernel: )?"
+    rb"(?:(?P<syslog>[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d(?:\.\d{1,9})?|\d{4}-\d\d-\d\dT\S+"
+    rb"|[A-Z][a-z]{2} \d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d{1,9})? [A-Z0-9+-]{1,6}|\[ *\d{1,12}\.\d{1,9}\]) \S+ kernel: )?"
     rb"(?:(?P<iso>\d{4}-\d\d-\d\dT\S+) )?"
-    rb"(?:\[(?P<bracket>[^\]]{1,40})\] ?)?"
+    rb"(?:\[(?P<bracket>[^\]\d]{0,39}\d[^\]]{0,39})\] ?)?"
 )
 
 
@@ -187,7 +235,7 @@ def time_of(line: bytes) -> str:
         usec = int(m["usec"])
         return f"{usec // 1_000_000}.{usec % 1_000_000:06d}"
     stamp = m["iso"] or m["syslog"]
-    return stamp.decode("ascii", "replace") if stamp else ""
+    return stamp.strip(b"[] ").decode("ascii", "replace") if stamp else ""
 
 
 def facility_of(line: bytes) -> int | None:

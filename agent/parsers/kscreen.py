@@ -4,8 +4,9 @@ entry's needle after it where the entry names one.
 
 Input: the screen, a NUL byte, then the messages separated by ``\\n``. The
 screen is its entries separated by 0x1e, each ``prefix`` or ``prefix 0x1f
-needle``; an entry with an empty prefix is ignored; no NUL byte: no screen,
-nothing matches. Record: ``line`` (0-based), ``entry`` (the index of the
+needle``; an entry with an empty prefix and a needle accepts a message that
+holds the needle anywhere; an entry with neither is ignored; no NUL byte: no
+screen, nothing matches. Record: ``line`` (0-based), ``entry`` (the index of the
 first entry, in screen order, that accepts the line).
 """
 
@@ -27,25 +28,38 @@ def spec(entries: list[tuple[str, str]]) -> bytes:
 
 
 Screen = dict[int, list[tuple[int, bytes, bytes]]]
+ANYWHERE = -1  # the key of the entries without a prefix (a needle anywhere in the message)
 
 
 def screen(spec_: bytes) -> Screen:
-    """The entries of a screen (as written before the NUL byte), by the first byte of their prefix."""
+    """The entries of a screen (as written before the NUL byte), by the first
+    byte of their prefix; those without a prefix under `ANYWHERE`."""
     by_first: Screen = {}
     if spec_:
         for k, e in enumerate(spec_.split(ENTRY)):
             prefix, _, needle = e.partition(NEEDLE)
             if prefix:
                 by_first.setdefault(prefix[0], []).append((k, prefix, needle))
+            elif needle:
+                by_first.setdefault(ANYWHERE, []).append((k, prefix, needle))
     return by_first
 
 
 def entry(by_first: Screen, msg: bytes) -> int | None:
-    """The index of the first entry that accepts `msg`, else None."""
-    for k, prefix, needle in by_first.get(msg[0], ()) if msg else ():
+    """The index of the first entry (in screen order) that accepts `msg`, else None."""
+    if not msg:
+        return None
+    head = None
+    for k, prefix, needle in by_first.get(msg[0], ()):
         if msg.startswith(prefix) and (not needle or needle in msg[len(prefix):]):
+            head = k
+            break
+    for k, _, needle in by_first.get(ANYWHERE, ()):
+        if head is not None and k > head:
+            break
+        if needle in msg:
             return k
-    return None
+    return head
 
 
 def parse(data: bytes) -> list[ScreenHit]:

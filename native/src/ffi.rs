@@ -66,7 +66,8 @@ pub unsafe extern "C" fn nha_last_error(buf: *mut u8, cap: usize) -> usize {
 /// Version of this C ABI; the Python wrapper refuses a library whose version differs.
 #[no_mangle]
 pub extern "C" fn nha_abi_version() -> u32 {
-    4 // 2: Xid records carry the syslog facility (5 numbers); 3: nha_parse_kscreen; 4: nha_parse_kbatch
+    5 // 2: Xid records carry the syslog facility (5 numbers); 3: nha_parse_kscreen; 4: nha_parse_kbatch;
+      // 5: a screen entry without a prefix accepts its needle anywhere (kscreen, kbatch)
 }
 
 /// Test hook: panics inside the guarded region, to prove panics never cross the boundary.

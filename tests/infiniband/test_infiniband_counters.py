@@ -102,8 +102,25 @@ def test_a_new_boot_starts_every_window_again(tree: IbTree, tmp_path: Path) -> N
 def test_a_saturated_counter_is_unknown(tree: IbTree, tmp_path: Path) -> None:
     tree.counters("mlx5_0", 1, link_downed=255, symbol_error=65535)
     (f,) = Runs(tree, tmp_path / "state").run().findings
-    assert (f.reason, f.unknown) == ("IbCounterSaturated", True)
+    assert (f.reason, f.unknown, f.severity) == ("IbCounterSaturated", True, Severity.INFO)
     assert "link_downed = 255" in f.message and "symbol_error = 65535" in f.message
+
+
+def test_a_saturated_counter_on_a_healthy_port_is_information(tree: IbTree, tmp_path: Path) -> None:
+    """A real healthy H100 node: excessive_buffer_overrun_errors reads 15 (4 bits, full) from the first
+    look on. No warning, ever; the rise to 15 while watched is the critical IbBufferOverrunErrors."""
+    tree.counters("mlx5_0", 1, excessive_buffer_overrun_errors=15)
+    runs = Runs(tree, tmp_path / "state")
+    for _ in range(3):
+        (f,) = runs.run().findings
+        assert (f.reason, f.severity) == ("IbCounterSaturated", Severity.INFO)
+    tree.counters("mlx5_1", 1, excessive_buffer_overrun_errors=14)
+    runs.run()
+    tree.counters("mlx5_1", 1, excessive_buffer_overrun_errors=15)
+    found = {(f.subject, f.reason): f.severity for f in runs.run().findings}
+    assert found[("mlx5_1/1", "IbBufferOverrunErrors")] == Severity.CRITICAL
+    assert found[("mlx5_1/1", "IbCounterSaturated")] == Severity.INFO
+    assert Severity.WARNING not in {found[k] for k in found if k[1] == "IbCounterSaturated"}
 
 
 def test_no_pma_is_not_a_number_and_not_a_crash(tree: IbTree, tmp_path: Path) -> None:

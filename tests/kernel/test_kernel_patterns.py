@@ -144,3 +144,70 @@ def test_bad_patterns_are_refused_naming_file_key_and_value(tmp_path: Path, body
     assert res.returncode == 2
     assert len(res.stderr.strip().splitlines()) == 1 and str(path) in res.stderr and key in res.stderr, res.stderr
     assert "Traceback" not in res.stderr
+
+
+OLD_OOMS = [
+    b"Memory cgroup out of memory: Kill process 2468 (python) score 1994 or sacrifice child",
+    b"Killed process 2468 (python) total-vm:2345678kB, anon-rss:1048576kB, file-rss:1234kB, shmem-rss:0kB",
+    b"Out of memory: Kill process 4321 (python3) score 912 or sacrifice child",
+    b"Killed process 4321 (python3) total-vm:98765432kB, anon-rss:87654321kB, file-rss:0kB, shmem-rss:0kB",
+    b"Memory cgroup out of memory: Kill process 77 (java) score 1000 or sacrifice child",
+    b"IPv6: ADDRCONF(NETDEV_CHANGE): veth1: link becomes ready",
+    b"Killed process 77 (java) total-vm:1000kB, anon-rss:900kB, file-rss:0kB, shmem-rss:0kB",
+    b"Memory cgroup out of memory: Kill process 78 (java) score 1000 or sacrifice child",
+    b"INFO: task python3:12345 blocked for more than 122 seconds.",
+    b"Killed process 78 (java) total-vm:1000kB, anon-rss:900kB, file-rss:0kB, shmem-rss:0kB",
+]
+OLD_OOM_VERDICTS = [(1, "memcg_oom_kill"), (3, "oom_kill"), (6, "memcg_oom_kill"), (8, "hung_task"), (9, "oom_kill")]
+
+
+def test_pre_5_kernels_bare_killed_process_is_classed_by_the_line_announcing_it() -> None:
+    """Kernels before 5.1: "Memory cgroup out of memory: Kill process ... or sacrifice child" then a bare
+    "Killed process ...": a cgroup's kill, not the node's. A line that matches nothing between them keeps
+    the announcement; another fault ends it. The follower's path (the screen's entries in one native pass,
+    `confirm_screened`), one batch or one record at a time, says the same."""
+    from agent.kernel.source import faults
+    from agent.kmsg import RecordBatch
+
+    table = build()
+    assert [(m.index, m.pattern.name) for m in table.scan(OLD_OOMS)] == OLD_OOM_VERDICTS
+    assert table.scan_regex_only(OLD_OOMS) == table.scan(OLD_OOMS)
+    one_by_one = [(i, m.pattern.name) for i, msg in enumerate(OLD_OOMS) for m in table.scan([msg])]
+    assert one_by_one == OLD_OOM_VERDICTS
+    text = b"\n".join(b"4,%d,%d,-;" % (10 + i, 1000 * i) + m for i, m in enumerate(OLD_OOMS))
+    batch = RecordBatch(table.screen, text)
+    assert batch.sequential and table.screened_only
+    mine, _ = faults(table, batch)
+    assert [(r.seq - 10, p.name) for r, _, p in mine] == OLD_OOM_VERDICTS
+
+
+# Each format a saved kernel log comes in, as a template of one line around the message.
+FORMATS = {
+    "kmsg record": "6,{n},{n}000,-;{m}",
+    "dmesg": "[   66.{n:06d}] {m}",
+    "dmesg -t": "{m}",
+    "dmesg -T": "[Sat Nov 28 10:00:{s:02d} 2026] {m}",
+    "dmesg -x": "kern  :err   : [   66.{n:06d}] {m}",
+    "dmesg -r": "<3>[   66.{n:06d}] {m}",
+    "dmesg --time-format iso": "2026-11-28T10:00:{s:02d},123456+00:00 {m}",
+    "kern.log / syslog": "Nov 28 10:00:{s:02d} gpu-node-17 kernel: [   66.{n:06d}] {m}",
+    "rsyslog RFC 3339": "2026-11-28T10:00:{s:02d}.123456+00:00 gpu-node-17 kernel: [   66.{n:06d}] {m}",
+    "journalctl -k": "Nov  8 10:00:{s:02d} gpu-node-17 kernel: {m}",
+    "journalctl -o short-iso": "2026-11-28T10:00:{s:02d}+0000 gpu-node-17 kernel: {m}",
+    "journalctl -o short-precise": "Nov 28 10:00:{s:02d}.123456 gpu-node-17 kernel: {m}",
+    "journalctl -o short-monotonic": "[   66.{n:06d}] gpu-node-17 kernel: {m}",
+    "journalctl -o short-full": "Sat 2026-11-28 10:00:{s:02d} UTC gpu-node-17 kernel: {m}",
+}
+
+
+@pytest.mark.parametrize("form", FORMATS)
+def test_every_fixture_line_matches_the_same_in_every_saved_log_format(form: str) -> None:
+    """`agent scan-log` reads kmsg records, dmesg and journal text: each pattern's real lines
+    (and each near miss) give the same verdict in every format, a whole log at a time."""
+    from agent.kernel.patterns import scan_log
+
+    text = "\n".join(FORMATS[form].format(n=i + 1, s=i % 60, m=m) for i, (_, m) in enumerate(LINES))
+    table = build()
+    found = [(n, p.name, msg.decode()) for n, _, p, msg in scan_log(text.encode(), table)]
+    assert found == [(i + 1, name, m) for i, (name, m) in enumerate(LINES) if name != "-"]
+    assert {p.name for p in PATTERNS} <= {name for _, name, _ in found}

@@ -4,6 +4,7 @@ code; and the table's scan through the screen equal to trying every regex."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -37,7 +38,9 @@ def test_the_tables_screen_on_real_lines() -> None:
         pytest.param(b"BUG: \x1eINFO: task \x1fblocked\0INFO: task x blocked\nBUG: y\n\nhello", [(0, 1), (1, 0)], id="entries"),
         pytest.param(b"BUG: y\nOops", [], id="no screen"),
         pytest.param(b"\0BUG: y", [], id="empty screen"),
-        pytest.param(b"\x1fBUG\0BUG: y", [], id="empty prefix ignored"),
+        pytest.param(b"\x1f\0BUG: y", [], id="neither prefix nor needle: ignored"),
+        pytest.param(b"\x1fBUG\0BUG: y\nan xBUG\nBU", [(0, 0), (1, 0)], id="no prefix: the needle anywhere"),
+        pytest.param(b"a\x1fz\x1e\x1fWD\x1eb\0a WD z\nb WD\nWD\nb", [(0, 0), (1, 1), (2, 1), (3, 2)], id="first entry in screen order"),
         pytest.param(b"mlx5 \x1fabc\0mlx5 ab\nmlx5 xabc\nmlx5abc", [(1, 0)], id="needle after the prefix"),
         pytest.param(b"a\x1fb\0a\0b\nab", [(0, 0), (1, 0)], id="a NUL in a message is just a byte"),
     ],
@@ -50,7 +53,7 @@ _piece = st.sampled_from([b"BUG: ", b"INFO: task ", b"mlx5_core ", b"nvme nvme",
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(_piece, max_size=40), st.lists(st.tuples(_piece, _piece), max_size=6))
+@given(st.lists(_piece, max_size=40), st.lists(st.tuples(st.one_of(st.just(b""), _piece), _piece), max_size=6))
 def test_generated_inputs_native_equals_twin(pieces: list[bytes], entries: list[tuple[bytes, bytes]]) -> None:
     screen = b"\x1e".join(p + b"\x1f" + n for p, n in entries)
     native_vs_twin("kscreen", screen + b"\0" + b"".join(pieces))
@@ -58,10 +61,11 @@ def test_generated_inputs_native_equals_twin(pieces: list[bytes], entries: list[
 
 
 def test_every_pattern_is_screened_by_its_own_entries() -> None:
-    """Soundness: a message a pattern matches starts with one of that pattern's prefixes (needle after it)."""
+    """Soundness: a message a pattern matches (or announces it: FaultPattern.prelude) starts with one of that
+    pattern's prefixes (needle after it), or holds the needle of one of its entries without a prefix."""
     for line in LINES:
         for p in PATTERNS:
-            if DEFAULT._each[PATTERNS.index(p)][0].match(line):
+            if DEFAULT._each[PATTERNS.index(p)][0].match(line) or (p.prelude and re.match(p.prelude.encode(), line)):
                 assert any(line.startswith(a.encode()) and n.encode() in line[len(a):] for a, n in p.screen), (p.name, line)
 
 
@@ -73,4 +77,7 @@ _real = st.sampled_from(LINES)
 def test_scan_through_the_screen_equals_every_regex(messages: list[bytes]) -> None:
     table = build([("gsp", {"pattern": r"NVRM: GPU\d+ GSP"}), ("hung_task", {"pattern": r"INFO: task \S+ blocked"})])
     for t in (DEFAULT, table):
-        assert t.scan(messages) == t.scan_regex_only(messages)
+        t.pending = None
+        screened = t.scan(messages)
+        t.pending = None
+        assert screened == t.scan_regex_only(messages)
