@@ -6,6 +6,7 @@ every disagreement listed (benches/README.md explains each)."""
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -33,6 +34,7 @@ PEER_TO_AGENT: dict[str, set[str]] = {
 
 
 def main() -> int:
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
     table = build()
     per: dict[str, list[int]] = {}
     wrong: list[str] = []

@@ -26,6 +26,7 @@ TOPS = ("agent", "tests", "benches", "native", "daemonset", "charts", "alerts", 
 PATH = re.compile(r"`((?:" + "|".join(re.escape(t) for t in TOPS) + r")/[A-Za-z0-9_./\-]*[A-Za-z0-9_/])(?:::(\w+))?`")
 MODULE = re.compile(r"`(agent(?:\.[a-z_][a-z0-9_]*)+)`")
 TEST_IN_COMMENT = re.compile(r"\b(tests/[A-Za-z0-9_/]+\.py)\b")
+TEST_NAME = re.compile(r"`(test_[a-z0-9_]+)`")  # a promise that names the test holding it
 FENCE = re.compile(r"^\s*(```|~~~)")
 AGENT_KEYS = set(AgentSection.__dataclass_fields__)
 
@@ -103,6 +104,21 @@ def test_paths_tests_and_modules_named_exist(doc: Path) -> None:
                    for n in range(len(parts), 1, -1)):
             missing.append(mod)
     assert not missing, f"{_rel(doc)} names what does not exist: {sorted(set(missing))}"
+
+
+def _test_names() -> set[str]:
+    names: set[str] = set()
+    for path in (ROOT / "tests").rglob("*.py"):
+        names.update(re.findall(r"^\s*(?:async )?def (test_\w+)", path.read_text(), re.M))
+    return names
+
+
+@pytest.mark.parametrize("doc", [p for p in MARKDOWN if p.exists()], ids=_rel)
+def test_tests_named_as_holding_a_promise_exist(doc: Path) -> None:
+    """docs/remediation.md, docs/burn.md, ... name the test behind each promise: a renamed test fails here."""
+    named = set(TEST_NAME.findall(doc.read_text()))
+    missing = sorted(named - _test_names())
+    assert not missing, f"{_rel(doc)} names tests that do not exist: {missing}"
 
 
 @pytest.mark.parametrize("manifest", MANIFESTS, ids=_rel)
