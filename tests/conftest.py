@@ -162,6 +162,20 @@ def host_firewall_untouched() -> Iterator[None]:
 
 
 @pytest.fixture(autouse=True)
+def root_logging_restored() -> Iterator[None]:
+    """A command run in-process (`cli.main(["selftest", ...])`) sets the root logger up as the real command
+    does (`agent.logs.setup`: a handler on the sys.stderr of that moment, pytest's capture). Put the root
+    logger back after each test, or later tests' records go to a closed stream ("--- Logging error ---")."""
+    import logging
+
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+
+
+@pytest.fixture(autouse=True)
 def state_dirs_writable_again() -> Iterator[None]:
     """A read-only command run in-process (`cli.main(["selftest", ...])`) makes every later `StateDir` of the
     process read-only (`agent.statedir.read_only_process`), as it should in the real command: undo it after

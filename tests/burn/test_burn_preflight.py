@@ -254,7 +254,8 @@ def start_with(host: Host, pods: Pods | None = None, **opts: object) -> tuple[Pr
 
 
 def deferred_message(rec: Recorder) -> str:
-    wait_for(lambda: any(f.reason == "PreflightDeferred" for c in rec.calls for f in c[0]), what="PreflightDeferred")
+    wait_for(lambda: any(f.reason == "PreflightDeferred" for c in rec.calls for f in c[0]), timeout=60,
+             what="PreflightDeferred")  # a loaded CI machine: the source's thread may start late
     [f] = [f for c in rec.calls for f in c[0] if f.reason == "PreflightDeferred"][-1:]
     assert f.severity is Severity.INFO and f.subject == "preflight"
     return f.message

@@ -26,6 +26,8 @@ interval = "1s"
 enabled = false
 [checks.network]
 enabled = false
+[checks.kernel]
+enabled = false
 [checks.burn]
 enabled = false
 [checks.gpu]

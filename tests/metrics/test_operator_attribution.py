@@ -1,7 +1,7 @@
 """Pod attribution behind the Prometheus Operator: a real Prometheus scrapes
 `agent run` (fake NVML, a fake kubelet allocating GPU 0 to ml/train-0) with the
 scrape job prometheus-operator generates for the chart's PodMonitor, target
-labels of the agent's own pod included. The README's join queries and the
+labels of the agent's own pod included. The join queries (docs/dcgm-exporter.md) and the
 dashboard's "Pods and processes on GPUs" table must name the workload's pod,
 not the agent's. A second job, the same PodMonitor with honorLabels false,
 shows what they would say without it (exported_pod, the agent's pod)."""
@@ -150,8 +150,9 @@ def kubelet_root() -> Iterator[str]:
 
 
 def readme_join_queries() -> list[str]:
-    """The PromQL of README.md's "GPUs and pods: the join" section, one query per entry."""
-    text = (ROOT / "README.md").read_text().split("### GPUs and pods: the join", 1)[1]
+    """The PromQL of docs/dcgm-exporter.md's "GPUs and pods: the join" section (the README's first query is
+    its first), one query per entry."""
+    text = (ROOT / "docs" / "dcgm-exporter.md").read_text().split("## GPUs and pods: the join", 1)[1]
     block = text.split("```promql\n", 1)[1].split("```", 1)[0]
     queries, current = [], ""
     for line in block.splitlines():
