@@ -88,6 +88,16 @@ def test_the_image_installs_the_prebuilt_wheel_and_compiles_no_rust() -> None:
     assert "NODE_HEALTH_AGENT_PARSERS=native agent version" in runtime, "the image build fails without the native parsers"
 
 
+def test_the_build_context_holds_every_copy_source_and_nothing_else() -> None:
+    lines = [ln.strip() for ln in (ROOT / ".dockerignore").read_text().splitlines()]
+    rules = [ln for ln in lines if ln and not ln.startswith("#")]
+    assert rules[0] == "*", "everything is left out unless named"
+    admitted = {ln[1:].rstrip("/") for ln in rules[1:] if ln.startswith("!")}
+    sources = {src.rstrip("/") for m in re.finditer(r"^COPY (?!--from)(.+)$", DOCKERFILE.read_text(), re.M)
+               for src in m[1].split()[:-1]}
+    assert sources == admitted
+
+
 def test_without_a_prebuilt_wheel_the_build_stage_stops_in_one_line(tmp_path: Path) -> None:
     res = subprocess.run(["sh", str(SCRIPT), "build", str(ROOT), str(tmp_path / "wheels")], capture_output=True,
                          text=True, env={**os.environ, "AGENT_DIST": str(tmp_path)}, timeout=60, check=False)
