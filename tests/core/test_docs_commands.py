@@ -244,6 +244,8 @@ def test_every_metric_the_docs_name_is_declared() -> None:
         for n, line in enumerate(path.read_text().splitlines(), 1):
             # a brace group right after "_" is shell-style expansion; after a name, it is a label list
             for m in re.finditer(r"\bnode_health_[a-z0-9_]*(?:(?<=_)\{[a-z0-9_]+(?:,[a-z0-9_]+)+\}[a-z0-9_]*)*", line):
+                if line[m.end():m.end() + 1] == "-":
+                    continue  # a wheel's file name (node_health_agent-0.1.0-py3-none-any.whl), not a metric
                 for name in _expand(m.group(0)):
                     prefix = name.endswith("_") or any(d.startswith(name + "_") for d in declared)  # grep node_health_x
                     if name not in declared and not prefix and name not in RETIRED:
