@@ -116,6 +116,7 @@ class Ladder:
         self._said: dict[str, str] = {}  # log-once memory
         self._adopted = False  # a slot held before this process started is claimed again once (the cluster side forgot it)
         self._started: float | None = None  # the first tick's time
+        self._drained_at: float | None = None  # when this process last saw a drain finish (boot clock)
 
     # ------------------------------------------------------------ the tick
 
@@ -413,7 +414,26 @@ class Ladder:
         if present:  # without a cluster nothing was drained: nothing to count or tell
             self._count("drain", result)
             self._event("RemediationDrained", f"{ep.key}: pods evicted ({progress.evicted}, {result}); next: {nxt}")
-        return self._go(ep, nxt)
+        self._drained_at = self.now
+        return self._go(replace(ep, forced=result == "forced"), nxt)
+
+    def _still_drained(self, ep: Episode) -> bool:
+        """Immediately before a reset or a reboot: the drain finished, but the step may have waited since (the
+        uptime floor, the daily cap, a busy GPU, the breaker) and a pod that tolerates the taint may have landed.
+        One more drain step (the pod watch's set: no request while it is open); anything left on the node sends
+        the episode back to its drain, whose timeout and on_timeout apply again. A drain forced past its pods
+        (force_after) does not wait for them twice."""
+        if ep.forced or self._drained_at == self.now or not getattr(self.cluster, "present", True):
+            return True  # forced past its pods, or drained in this very tick
+        progress = self.cluster.drain(self.now, self._only(ep))
+        if progress.done:
+            return True
+        msg = (f"{ep.key}: pods are on the node again before the {ep.step.replace('_', ' ')}: {_pods(progress)}; "
+               "draining again first")
+        log.warning("remediation: %s", msg)
+        self._event("RemediationRedrain", msg, warning=True)
+        self._go(ep, "drain")
+        return False
 
     def _force_after(self, action: str) -> float:
         return {"reset_gpu": self.cfg.gpu_reset.force_after, "reboot": self.cfg.reboot.force_after,
@@ -452,7 +472,7 @@ class Ladder:
                 return self._escalate(ep, f"GPU {ep.uuid}: {what} after {gr.busy_timeout:.0f}s")
             self._wait("gpu_busy", f"GPU {ep.uuid}: {what}; the reset waits")
             return False
-        if self._blocked(ep, "reset_gpu", fresh=True) or not self._fleet_allows("reset_gpu"):
+        if self._blocked(ep, "reset_gpu", fresh=True) or not self._fleet_allows("reset_gpu") or not self._still_drained(ep):
             return False
         # Persisted first, with the GPU's one reset of this boot spent: a restart mid-reset verifies the GPU and
         # escalates (whether the reset ran is unknown: never assumed), it never resets twice.
@@ -534,6 +554,8 @@ class Ladder:
             return False
         if not self.boot:
             self._wait("record", "the boot ID is unreadable: a reboot could not be proven, so none is asked for")
+            return False
+        if not self._still_drained(ep):
             return False
         # The record first (atomic): the finding, the time, the boot ID. Killed after this line, the
         # agent finds "rebooting" with this boot ID and waits for a new one: never a second request.

@@ -54,6 +54,7 @@ class Episode:
     reset_at: float = 0.0  # CLOCK_MONOTONIC when the GPU reset finished (Xids before it are what it cured)
     note: str = ""  # why the ladder is where it is (escalations, failures)
     step_boot: str = ""  # the boot step_at, booted_at and retry_at were taken in (another boot's start again)
+    forced: bool = False  # the drain ended past pods it could not move (force_after): the act does not wait for them
 
 
 @dataclass
@@ -132,6 +133,7 @@ def _episode(raw: Any) -> Episode | None:
     kw: dict[str, Any] = {k: text(d.get(k, ""), f"episode.{k}") for k in _EPISODE_TEXT}
     kw.update({k: number(d.get(k, 0.0), f"episode.{k}") for k in _EPISODE_NUM})
     kw["slot"] = flag(d.get("slot", False), "episode.slot")
+    kw["forced"] = flag(d.get("forced", False), "episode.forced")
     if kw["step"] not in STEPS:
         raise Damaged(f"episode.step: expected one of {', '.join(STEPS)}, got {kw['step']!r}")
     if kw["action"] not in ACTIONS:

@@ -131,7 +131,10 @@ _REFUSED = {
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
-    request_queue_size = 128
+    # The accept queue absorbs a flood of reconnecting peers while the accept thread waits for a CPU: a full
+    # queue drops the SYN of a legitimate scrape, which the client sends again only after 1 s (the kernel caps
+    # the backlog at net.core.somaxconn, 4096 by default).
+    request_queue_size = 1024
 
     def __init__(
         self, family: int, addr: tuple[Any, ...], handler: type, serving: Serving, limits: Limits, counters: WebCounters

@@ -327,3 +327,66 @@ def test_max_per_boot_allows_that_many_resets_of_one_gpu_then_escalates(tmp_path
     assert host.count("reset_gpu") == 2 and host.count("reboot") == 1
     note = next(e[1] for e in cluster.events if e[0] == "RemediationEscalated")
     assert "reset 2 times in this boot already (gpu_reset.max_per_boot = 2)" in note
+
+
+@dataclasses.dataclass
+class LandingCluster(FakeCluster):
+    """A drain moves every pod but those in `stuck` (their PDB never allows); a drain times out after 60 s."""
+
+    stuck: set[str] = dataclasses.field(default_factory=set)
+    began: float | None = None
+
+    def drain(self, now: float, only_pod_uids: frozenset[str] | None = None) -> Progress:
+        self.calls.append(("drain", None if only_pod_uids is None else tuple(sorted(only_pod_uids))))
+        left = tuple(sorted(self.stuck))
+        if not left:
+            self.began = None
+            return Progress(done=True)
+        self.began = now if self.began is None else self.began
+        return Progress(done=False, timed_out=now - self.began >= 60, remaining=left, blocked=left)
+
+
+@pytest.mark.parametrize("fault", ["reboot", "reset_gpu"])
+def test_a_pod_that_lands_after_the_drain_is_drained_before_the_act_and_never_disrupted_under_wait(tmp_path, fault):
+    """The drain finished, then the act waited (the uptime floor; a busy GPU): a pod that tolerates the taint
+    lands under a PDB that never allows. The act drains again first and holds under on_timeout = "wait" (found
+    by the stateful test at a larger budget: test_ladder_stateful.py's TestPdbStateful)."""
+    cfg, clock = enforce(reboot={"min_uptime": "30m"}, gpu_reset={"busy_timeout": "1h"}), Clock()
+    host, cluster = FakeHost(cfg), LandingCluster()
+    ladder = make(tmp_path, cfg, host=host, cluster=cluster, clock=clock, users=Users({"GPU-aaaa": frozenset({"uid-a"})}))
+    faults = fault_list(REBOOT if fault == "reboot" else RESET)
+    host.up, host.pids["GPU-aaaa"] = 60.0, (4242,)  # below min_uptime; a process holds the GPU
+    ladder.tick(faults)
+    assert ladder.step == fault and host.calls == [], "drained, then waiting"
+    cluster.stuck = {"ml/db-0"}  # lands now, and its PDB never lets it go
+    host.up, host.pids["GPU-aaaa"] = 99_999.0, ()
+    for _ in range(10):
+        clock.t += 30
+        ladder.tick(faults)
+        assert host.count("reboot") == host.count("reset_gpu") == 0, "never over the pod the drain could not move"
+    assert ladder.step == "drain"
+    assert any(f.reason == "RemediationHeld" and "ml/db-0" in f.message for f in ladder.findings())
+    assert "RemediationRedrain" in [e[0] for e in cluster.events]
+    cluster.stuck = set()  # its PDB allows at last
+    clock.t += 30
+    ladder.tick(faults)
+    assert host.count(fault) == 1, "drained again, the act goes on"
+
+
+def test_a_forced_drain_does_not_wait_for_the_same_pods_again_when_the_reboot_waited_after_it(tmp_path):
+    """force_after went past the pods; the reboot then waited (the uptime floor): it does not drain again for
+    them (that would wait out the drain timeout and force_after once more, for ever)."""
+    cfg, clock = enforce(reboot={"force_after": "2h", "min_uptime": "30m"}), Clock()
+    cluster, host = StuckDrain(), FakeHost(cfg)
+    ladder = make(tmp_path, cfg, cluster=cluster, host=host, clock=clock)
+    host.up = 60.0
+    ladder.tick(fault_list(REBOOT))
+    clock.t += 7200
+    ladder.tick(fault_list(REBOOT))
+    assert ladder.step == "reboot" and ladder.counts[("drain", "forced")] == 1 and host.count("reboot") == 0
+    drains = cluster.count("drain")
+    host.up = 99_999.0
+    clock.t += 1
+    ladder = make(tmp_path, cfg, cluster=cluster, host=host, clock=clock)  # and across a restart
+    ladder.tick(fault_list(REBOOT))
+    assert host.count("reboot") == 1 and cluster.count("drain") == drains

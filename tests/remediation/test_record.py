@@ -24,7 +24,7 @@ def _full(step: str) -> R.Record:
     """A record with every field set to something other than its default."""
     ep = R.Episode(key="gpu/gpu0/XidCritical48", action="reset_gpu", subject="gpu0", step=step, started=1.5e9,
                    step_at=12.5, uuid="GPU-aaaa", gpu="0", pci="0000:18:00", scope="gpu", slot=True, boot_id="b-1",
-                   booted_at=3.0, retry_at=4.0, reset_at=5.0, note="why", step_boot="b-2")
+                   booted_at=3.0, retry_at=4.0, reset_at=5.0, note="why", step_boot="b-2", forced=True)
     return R.Record(
         episode=ep, reboots=[R.Reboot("k", 1.6e9, "b-0", back=True, failed=True, up=77.0)],
         retired=R.Retired(1.7e9, "k", "w", command_done=True, powered_off=True, boot_id="b-2", up=8.0),
@@ -40,6 +40,9 @@ def test_every_step_and_field_round_trips(step):
     assert back == rec
     for f in dataclasses.fields(R.Record):
         assert getattr(back, f.name) != getattr(R.Record(), f.name), f"field {f.name} not exercised"
+    bare = R.Episode(key="k", action="reboot", subject="s", step=step, started=0.0, step_at=0.0)
+    for f in dataclasses.fields(R.Episode):
+        assert getattr(back.episode, f.name) != getattr(bare, f.name) or f.name == "step", f"episode.{f.name} not exercised"
 
 
 def test_the_ladder_handles_exactly_the_steps_a_record_may_hold(tmp_path):
