@@ -25,7 +25,9 @@ simulation's truth (elapsed real time, not the clocks the ladder reads):
   drain, reset or reboot for it;
 - a reset only on a GPU whose MIG state reads "off", at most one per GPU per
   boot, and a reset is recorded as done only when it ran;
-- every record the ladder writes loads back (nothing is ever set aside).
+- every record the ladder writes loads back (nothing is ever set aside);
+- `agent remediation status`, run at any point on the state dir (and on a
+  copy whose record is damaged), changes no byte and no name in it.
 
 Bounded for CI: derandomized, no example database, a fixed number of
 examples and steps (see `SETTINGS`).
@@ -33,7 +35,9 @@ examples and steps (see `SETTINGS`).
 
 from __future__ import annotations
 
+import contextlib
 import inspect
+import io
 import json
 import os
 import shutil
@@ -48,6 +52,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from remediation_support import CATALOG, FakeHost, Users, enforce, fault_list, finding
 from remediation_support import settings as rsettings
 
+from agent.cli.main import main as cli_main
 from agent.gpu import resets as gpu_resets
 from agent.kube.api import ApiError, Wait
 from agent.remediation.host import Result
@@ -57,6 +62,19 @@ from agent.remediation.settings import RemediationSection
 from agent.statedir import Damaged, StateDir
 
 DAY = 86400.0
+
+
+def _snapshot(path: str) -> dict[str, bytes]:
+    out = {}
+    for name in sorted(os.listdir(path)):
+        full = os.path.join(path, name)
+        if os.path.isfile(full):
+            with open(full, "rb") as fh:
+                out[name] = fh.read()
+        else:
+            out[name] = b"<not a file>"
+    return out
+
 WALL0 = 1_800_000_000.0
 UUID0 = "GPU-aaaa"
 DRAIN_TIMEOUT = 300.0
@@ -589,6 +607,30 @@ class LadderMachine(RuleBasedStateMachine):
         w.carried = "inherited"
         self.ladder = None
         self.tick()
+
+    @precondition(lambda self: self.allows("operator_reads_status"))
+    @rule(damaged=st.booleans())
+    def operator_reads_status(self, damaged: bool) -> None:
+        """An SRE runs `agent remediation status` (item 2) at any point, on the live state dir, or on a copy
+        of it whose record is damaged (cut in half): not a byte and not a name of the state dir changes."""
+        path = self.dir
+        if damaged:
+            path = tempfile.mkdtemp(prefix="ladder-sm-copy-", dir=os.path.dirname(self.dir))
+            shutil.copytree(self.dir, path, dirs_exist_ok=True)
+            rec = os.path.join(path, RECORD_FILE.name)
+            with open(rec, "rb") as fh:
+                body = fh.read() if os.path.exists(rec) else b'{"version": 1, "episode": {"key": "x"}}'
+            with open(rec, "wb") as fh:
+                fh.write(body[: len(body) // 2])
+        try:
+            before = _snapshot(path)
+            with contextlib.redirect_stdout(io.StringIO()):
+                rc = cli_main(["remediation", "status", "--state-dir", path])
+            assert _snapshot(path) == before, "`remediation status` changed the state dir"
+            assert rc == (1 if damaged else 0), f"`remediation status` exit {rc}"
+        finally:
+            if damaged:
+                shutil.rmtree(path, ignore_errors=True)
 
     # ------------------------------------------------------------ the cluster
 
