@@ -43,6 +43,8 @@ def build_parser() -> Parser:
     common_flags(run)
     run.add_argument("--listen", "--web.listen-address", dest="listen", metavar="HOST:PORT",
                      help="address for /metrics and /healthz")
+    run.add_argument("--telemetry-path", "--web.telemetry-path", dest="telemetry_path", metavar="PATH",
+                     help="path of the metrics (default /metrics; config metrics.telemetry_path)")
     _web_config_flag(run)
     run.add_argument("--state-dir", metavar="DIR", help="state directory (default /var/lib/node-health-agent)")
     run.add_argument("--once", action="store_true", help="run every check once, installing nothing (as selftest), then exit 0 (healthy) or 1")

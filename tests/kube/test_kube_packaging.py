@@ -422,6 +422,17 @@ def test_monitor_toggles(chart: list[dict[str, Any]]) -> None:
     assert sm["spec"]["endpoints"][0]["scheme"] == "http"
 
 
+def test_the_metrics_path_reaches_the_agent_and_both_monitors_and_the_probes_keep_healthz() -> None:
+    for path, values in (("/metrics", {}), ("/node/metrics", {"path": "/node/metrics"})):
+        docs = helm_({"metrics": {**values, "serviceMonitor": {"enabled": True}}})
+        assert parse(agent_toml(docs), "agent.toml").metrics.telemetry_path == path
+        for kind, key in (("PodMonitor", "podMetricsEndpoints"), ("ServiceMonitor", "endpoints")):
+            (ep,) = find(docs, kind)["spec"][key]
+            assert ep["path"] == path, kind
+        c = container(docs)
+        assert {c[p]["httpGet"]["path"] for p in ("startupProbe", "readinessProbe", "livenessProbe")} == {"/healthz"}
+
+
 def test_tls_moves_probes_and_monitors_to_https() -> None:
     docs = helm_(EVERYTHING_ON)
     c = container(docs)
@@ -476,6 +487,8 @@ def test_nvidia_runtime_value_matches_the_kustomize_component(gpu_variant: list[
     ({"taintBudget": {"nodes": 7500, "precent": 5}}, "precent"),
     ({"metrics": {"port": 70000}}, "port"),
     ({"imag": {"repository": "x"}}, "imag"),
+    ({"metrics": {"path": "metrics"}}, "path"),
+    ({"metrics": {"path": "/healthz"}}, "path"),
 ])
 def test_values_schema_refuses_mistakes(values: dict[str, Any], key: str) -> None:
     import helm_python
