@@ -88,8 +88,9 @@ CORE_METRICS: tuple[MetricSpec, ...] = (
     MetricSpec(
         "node_health_finding",
         "gauge",
-        "1 for each active finding, 0 for a known finding that is not active.",
-        ("check", "subject", "reason", "severity"),
+        "1 for each active finding, 0 for a known finding that is not active; check: the check or its event "
+        "source (xid, kernel-log); gpu: the GPU's index when the subject is one GPU (gpu<N>), else empty.",
+        ("check", "subject", "reason", "severity", "gpu"),
     ),
     MetricSpec(
         "node_health_scheduler_last_tick_timestamp_seconds",

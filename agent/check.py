@@ -58,6 +58,10 @@ class CheckSpec:
     catalog: Catalog
     # Event sources that run beside the check while it is enabled (see agent.sources).
     sources: Callable[[CheckContext, Any], list[EventSource]] | None = None
+    # The names its event sources report their findings under (the `check` label of node_health_finding,
+    # the first part of a remediation record's fault key) where they are not the check's own name: "xid" for
+    # the gpu check's Xid stream. `agent selftest --only` and [kubernetes.policy] overrides accept them.
+    finding_sources: tuple[str, ...] = ()
     # Whether the check, so configured, reads the node's pods (CheckContext.pods): the runtime starts the one pod
     # watch (agent.kube) only when an enabled check says yes.
     needs_pods: Callable[[Any], bool] | None = None

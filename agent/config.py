@@ -108,8 +108,9 @@ def _build_checks(raw: Any, source: str) -> Mapping[str, CheckConfig]:
 
 
 def _check_policy(k: KubernetesSection, source: str) -> None:
-    """``[kubernetes.policy] overrides`` name checks and reasons of the registry."""
-    checks, reasons = registry.CHECKS, registry.CATALOG.reasons
+    """``[kubernetes.policy] overrides`` name checks and reasons of the registry; a check is named as
+    findings carry it (``xid/Xid79``: the gpu check's Xid stream, whose findings say ``check="xid"``)."""
+    checks, reasons = [*registry.CHECKS, *registry.FINDING_SOURCES], registry.CATALOG.reasons
     for key in k.policy.overrides:
         check, _, reason = key.partition("/")
         problem = None

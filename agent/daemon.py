@@ -255,7 +255,8 @@ class Daemon:
         assert self.metrics is not None
         self.metrics.start()
         scheme = "https" if self.metrics.serving.tls else "http"
-        log.info("serving /metrics on %s (%s, web config from %s)", self.cfg.metrics.listen, scheme, self.web.source)
+        log.info("serving %s on %s (%s, web config from %s)", self.cfg.metrics.telemetry_path, self.cfg.metrics.listen,
+                 scheme, self.web.source)
 
     def _watched(self) -> tuple[str, ...]:
         """The files whose change on disk reloads the config."""

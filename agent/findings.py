@@ -43,6 +43,14 @@ ACTION_TEXT: Mapping[str, str] = MappingProxyType({
 })
 
 
+def gpu_of(subject: str) -> str:
+    """The NVML index a GPU subject names ("gpu3" -> "3", the value of the ``gpu`` label of every GPU
+    series), "" for any other subject ("gpus", "pci-0000:18:00", "nvswitch-…", "/data", "eth0")."""
+    if subject.startswith("gpu") and subject[3:].isdigit() and subject[3:].isascii():
+        return subject[3:]
+    return ""
+
+
 @dataclass(frozen=True, slots=True)
 class Finding:
     check: str
@@ -56,6 +64,11 @@ class Finding:
     @property
     def key(self) -> tuple[str, str, str]:
         return (self.check, self.subject, self.reason)
+
+    @property
+    def gpu(self) -> str:
+        """`gpu_of` its subject: the NVML index of the GPU it is about, "" when it is about no one GPU."""
+        return gpu_of(self.subject)
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -124,6 +137,12 @@ class ObservationBuilder:
     def subject(self, subject: str, detail: str) -> None:
         """A subject that was looked at, with a short human detail ("12% used")."""
         self._subjects[subject] = detail
+
+    def add(self, f: Finding) -> None:
+        """Record a finding made elsewhere, under its own check name (an event source's findings that a
+        single pass reports in the check's place: the Xid and kernel-log scans of `agent selftest`)."""
+        self._findings.append(f)
+        self._subjects.setdefault(f.subject, "")
 
     def extend(self, other: Observation) -> None:
         self._samples.extend(other.samples)

@@ -25,7 +25,7 @@ from prometheus_client.utils import floatToGoString
 
 from . import __version__, native, statedir
 from .catalog import Catalog
-from .findings import Labels, Sample, Severity
+from .findings import Labels, Sample, Severity, gpu_of
 from .store import Snapshot, Store
 
 log = logging.getLogger(__name__)
@@ -172,7 +172,7 @@ def collect_series(snap: Snapshot, catalog: Catalog, drops: RenderDrops | None =
         add("node_health_check_skipped_total", lab, st.skipped)
         add("node_health_check_stuck", lab, 1 if st.stuck else 0)
     findings: list[tuple[Labels, float]] = [
-        ((("check", c), ("subject", s), ("reason", r), ("severity", sev)), v)
+        ((("check", c), ("subject", s), ("reason", r), ("severity", sev), ("gpu", gpu_of(s))), v)
         for (c, s, r, sev), v in _findings(snap, catalog, drops, options.findings_at_zero).items()
     ]
     if findings:

@@ -33,6 +33,12 @@ CHECKS: Mapping[str, CheckSpec] = MappingProxyType(
     {spec.name: spec for spec in (disk.SPEC, network.SPEC, infiniband.SPEC, gpu.SPEC, gpu_telemetry.SPEC, gpu_pods.SPEC, kernel.SPEC, traffic.SPEC, burn.SPEC)}
 )
 
+# The names findings carry besides the checks' own: an event source's name -> the check it belongs to
+# (CheckSpec.finding_sources). `agent selftest --only xid` runs the gpu check, whose single pass reports its Xids.
+FINDING_SOURCES: Mapping[str, str] = MappingProxyType(
+    {source: spec.name for spec in CHECKS.values() for source in spec.finding_sources}
+)
+
 CATALOG: Catalog = Catalog.merge(*(spec.catalog for spec in CHECKS.values()), kube.CATALOG, remediation.CATALOG, WEB_CATALOG)
 
 # What each feature declares, by feature name ("core": the agent's own): the

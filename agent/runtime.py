@@ -16,7 +16,7 @@ from .config import Config, load
 from .hostpaths import HostPaths
 from .registry import CHECKS
 from .schema import CheckConfig, ConfigError, host_port
-from .settings import AgentSection, PathsSection
+from .settings import AgentSection, PathsSection, telemetry_path
 from .sources import EventSource
 
 if TYPE_CHECKING:
@@ -33,6 +33,7 @@ class Overrides:
 
     config_path: str | None = None
     listen: str | None = None
+    telemetry_path: str | None = None
     web_config_file: str | None = None
     state_dir: str | None = None
     procfs: str | None = None
@@ -61,6 +62,11 @@ def load_config(ov: Overrides) -> Config:
         if problem:
             raise ConfigError("--listen", None, problem)
         metrics = dataclasses.replace(metrics, listen=ov.listen)
+    if ov.telemetry_path:
+        problem = telemetry_path(ov.telemetry_path)
+        if problem:
+            raise ConfigError("--web.telemetry-path", None, problem)
+        metrics = dataclasses.replace(metrics, telemetry_path=ov.telemetry_path)
     if ov.web_config_file:
         metrics = dataclasses.replace(metrics, web_config_file=ov.web_config_file)
     return dataclasses.replace(cfg, agent=agent, paths=paths, metrics=metrics)

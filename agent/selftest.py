@@ -37,8 +37,8 @@ def _check_rows(name: str, st: CheckStatus) -> Iterable[tuple[str, str, str, str
     for subject in list(by_subject) + [s for s in subjects if s not in by_subject]:
         findings = sorted(by_subject.get(subject, []), key=lambda f: -f.severity.rank)
         if findings:
-            for f in findings:
-                yield name, subject, _status(f), f"{f.reason}: {f.message}"
+            for f in findings:  # under the name the daemon exports it with (an Xid: xid, not gpu)
+                yield f.check, subject, _status(f), f"{f.reason}: {f.message}"
         else:
             yield name, subject, "ok", subjects.get(subject, "")
     if not by_subject and not subjects:

@@ -6,12 +6,26 @@ Features keep their sections in their own package (``agent/<feature>/settings.py
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Literal
 
 from .schema import host_port, opt
+
+# An absolute URL path of RFC 3986 path characters (no query, fragment, percent-escape or space).
+_PATH = re.compile(r"/[A-Za-z0-9._~!$&'()*+,;=:@/-]*")
+RESERVED_PATHS = ("/", "/healthz")  # the landing page and the probes' endpoint
+
+
+def telemetry_path(value: str) -> str | None:
+    """Validator for ``metrics.telemetry_path`` (node_exporter's --web.telemetry-path); None when fine."""
+    if not _PATH.fullmatch(value) or len(value) > 256:
+        return f'expected an absolute URL path such as "/metrics" (letters, digits and -._~!$&\'()*+,;=:@/), got "{value}"'
+    if value in RESERVED_PATHS:
+        return f'"{value}" is the agent\'s own ({", ".join(RESERVED_PATHS)} are kept); expected another path such as "/metrics"'
+    return None
 
 
 @dataclass(frozen=True)
@@ -41,6 +55,10 @@ class TLSSection:
 @dataclass(frozen=True)
 class MetricsSection:
     listen: str = opt("0.0.0.0:9904", "Address of the /metrics and /healthz endpoint.", check=host_port)
+    telemetry_path: str = opt(
+        "/metrics", "Path the metrics are served at (node_exporter's --web.telemetry-path); /healthz and / stay where "
+        "they are, and any other path answers 404.", check=telemetry_path,
+    )
     tls: TLSSection = field(default_factory=TLSSection, metadata={"doc": "TLS, in the style of Prometheus exporters' web config."})
     basic_auth_users: Mapping[str, str] = opt(
         MappingProxyType({}), "user = bcrypt hash; when set, /metrics needs HTTP basic auth (/healthz does not)."

@@ -65,4 +65,5 @@ SPEC = CheckSpec(
     build=KernelCheck,
     catalog=CATALOG,
     sources=_sources,
+    finding_sources=("kernel-log",),  # its source's findings (selftest's single pass reports them under it too)
 )

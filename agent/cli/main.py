@@ -13,7 +13,7 @@ import argparse
 import logging
 import platform
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NoReturn
 
 from .. import __version__
@@ -43,6 +43,8 @@ def build_parser() -> Parser:
     common_flags(run)
     run.add_argument("--listen", "--web.listen-address", dest="listen", metavar="HOST:PORT",
                      help="address for /metrics and /healthz")
+    run.add_argument("--telemetry-path", "--web.telemetry-path", dest="telemetry_path", metavar="PATH",
+                     help="path of the metrics (default /metrics; config metrics.telemetry_path)")
     _web_config_flag(run)
     run.add_argument("--state-dir", metavar="DIR", help="state directory (default /var/lib/node-health-agent)")
     run.add_argument("--once", action="store_true", help="run every check once, installing nothing (as selftest), then exit 0 (healthy) or 1")
@@ -53,7 +55,8 @@ def build_parser() -> Parser:
     st = sub.add_parser("selftest", help="run every enabled check once and print a table")
     common_flags(st)
     st.add_argument("--json", action="store_true", help="one JSON object instead of a table")
-    st.add_argument("--only", nargs="+", metavar="CHECK", help="run only these checks (enabled or not)")
+    st.add_argument("--only", nargs="+", metavar="CHECK",
+                    help="run only these checks (enabled or not); a finding's check label names one (xid: the gpu check)")
     st.add_argument("--state-dir", metavar="DIR",
                     help="the agent's state directory, read only (default: the config's agent.state_dir)")
     st.add_argument("--burn", type=float, metavar="SECONDS", help="also burn every GPU for SECONDS (see agent burn)")
@@ -105,7 +108,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_selftest(args: argparse.Namespace) -> int:
     from .. import logs, selftest
-    from ..registry import CATALOG, CHECKS
+    from ..registry import CATALOG, CHECKS, FINDING_SOURCES
     from ..runtime import build_checks, load_config, pods_once, state_dir
     from ..scheduler import Scheduler
     from ..statedir import read_only_process
@@ -114,22 +117,36 @@ def cmd_selftest(args: argparse.Namespace) -> int:
     read_only_process()  # a selftest changes nothing: every state file is read, none renamed, moved or written
     cfg = load_config(overrides(args))
     logs.setup(args.log_level or "warning", cfg.agent.log_format)
-    for name in args.only or ():
-        if name not in CHECKS:
-            raise UsageError(f"--only: unknown check \"{name}\"{did_you_mean(name, CHECKS)}")
+    only = _only_checks(args.only, CHECKS, FINDING_SOURCES)
     store = Store()
     sched = Scheduler(store, CATALOG)
     # A selftest looks and changes nothing (no rules installed, no state written); a check that reads the
     # node's pods gets them from one LIST (no watch), where a cluster is configured.
-    pods = pods_once(cfg, only=args.only)
+    pods = pods_once(cfg, only=only)
     state = state_dir(cfg, explicit=bool(args.state_dir))
-    sched.configure(build_checks(cfg, state, args.only, dry_run=True, pods=pods, single_pass=True), immediate=True)
+    sched.configure(build_checks(cfg, state, only, dry_run=True, pods=pods, single_pass=True), immediate=True)
     sched.run_once()
     if args.burn is not None:
         from .burn import selftest_burn
 
         selftest_burn(cfg, store, args.burn)
     return selftest.render(store.snapshot(), args.json)
+
+
+def _only_checks(names: Sequence[str] | None, checks: Iterable[str], sources: Mapping[str, str]) -> list[str] | None:
+    """`--only`'s names as checks: a check's own name, or the name its event source's findings carry
+    (`check="xid"` in /metrics: the gpu check, whose single pass reads the kernel log for Xids)."""
+    if not names:
+        return None
+    known = [*checks, *sources]
+    out: list[str] = []
+    for name in names:
+        if name not in known:
+            raise UsageError(f"--only: unknown check \"{name}\"{did_you_mean(name, known)}")
+        check = sources.get(name, name)
+        if check not in out:
+            out.append(check)
+    return out
 
 
 def _check_kubeconfig(path: str, once: bool) -> None:

@@ -60,6 +60,7 @@ def overrides(args: argparse.Namespace) -> Overrides:
     return Overrides(
         config_path=config_path(args.config),
         listen=getattr(args, "listen", None),
+        telemetry_path=getattr(args, "telemetry_path", None),
         web_config_file=getattr(args, "web_config_file", None),
         state_dir=getattr(args, "state_dir", None),
         procfs=args.procfs,

@@ -355,13 +355,14 @@ class XidSource:
 
 def scan_once_unless_live(ctx: CheckContext, cfg: GpuConfig, b: ObservationBuilder, known: dict[str, int]) -> None:
     """`agent selftest` / `agent run --once`: the current boot's kernel log, once,
-    into the GPU check's observation (the daemon's source does this continuously)."""
+    into the GPU check's observation (the daemon's source does this continuously);
+    its findings keep the source's name (``check="xid"``), as the daemon exports them."""
     if ctx.state_dir in _live or not cfg.xid_events:
         return
     try:
         records = read_once(ctx.paths.root(cfg.kmsg_path))
     except KmsgError as exc:
-        b.finding("kmsg", "InsufficientPrivilege" if exc.privilege else "KmsgUnavailable", str(exc))
+        b.add(CATALOG.finding(CHECK, "kmsg", "InsufficientPrivilege" if exc.privilege else "KmsgUnavailable", str(exc)))
         return
     stream = new_stream(ctx, cfg, known)
     for r in records:
@@ -374,7 +375,7 @@ def scan_once_unless_live(ctx: CheckContext, cfg: GpuConfig, b: ObservationBuild
         forget_reset(stream, reset)
     for f in stream.findings():
         if f.reason != "KmsgCoverageLost":  # a one-shot scan of a wrapped ring is not a gap in following
-            b.finding(f.subject, f.reason, f.message, severity=f.severity, unknown=f.unknown, action=f.action)
+            b.add(f)  # check="xid", as the daemon's source reports it
     first = next((r.seq for r in records if r.seq is not None), None)
     older = f" (records before seq {first} already overwritten)" if first else ""
     foreign = sum(n for _, n in batch.foreign)

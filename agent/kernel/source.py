@@ -205,13 +205,13 @@ def scan_once_unless_live(ctx: CheckContext, cfg: KernelConfig, b: ObservationBu
     try:
         records = read_once(ctx.paths.root(cfg.kmsg_path))
     except KmsgError as exc:
-        b.finding("kmsg", "InsufficientPrivilege" if exc.privilege else "KernelLogUnavailable", str(exc))
+        b.add(CATALOG.finding(CHECK, "kmsg", "InsufficientPrivilege" if exc.privilege else "KernelLogUnavailable", str(exc)))
         return
     tracker = FaultTracker(cfg.table())
     found, spoofed = faults(tracker.table, records)
     for rec, message, pattern in found:
         tracker.add(pattern, message, rec.usec / 1e6 if rec.usec is not None else time.monotonic())
     for f in tracker.findings():
-        b.finding(f.subject, f.reason, f.message, severity=f.severity, action=f.action)
+        b.add(f)  # check="kernel-log", as the daemon's source reports it
     ignored = f", {len(spoofed)} written by processes ignored" if spoofed else ""
     b.subject("kernel-log", f"{len(records)} kernel log records scanned, {sum(tracker.counts.values())} faults{ignored}")

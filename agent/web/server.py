@@ -54,7 +54,7 @@ BCRYPT_MAX = 72  # bytes of password bcrypt reads; Go's bcrypt refuses more (Err
 SERVER = "node-health-agent"  # the Server header: the agent's name, no version of anything
 # exporter-toolkit's stand-in hash ("fakepassword") for an unknown user.
 _FAKE_HASH = "$2y$10$QOauhQNbBCuQDKes6eFzPeMqBSjb7Mr5DUmpZ/VcEd00UAV/LDeSi"
-_HANDLERS = {"/metrics": "metrics", "/healthz": "healthz", "/": "root"}
+_HANDLERS = {"/healthz": "healthz", "/": "root"}  # and the telemetry path (metrics.telemetry_path): "metrics"
 
 
 class _Auth:
@@ -352,6 +352,7 @@ class MetricsServer:
         limits: Limits | None = None,
     ) -> None:
         self._stall_after = stall_after
+        self.telemetry_path = cfg.telemetry_path
         self._store = store
         self._registry = registry
         self.counters = counters or WebCounters()
@@ -381,6 +382,10 @@ class MetricsServer:
 
     def render(self, accept: str) -> tuple[bytes, str]:
         return encode(self._registry, accept)
+
+    def handler(self, path: str) -> str:
+        """The `handler` label of a request's path: metrics (at the telemetry path), healthz, root or other."""
+        return "metrics" if path == self.telemetry_path else _HANDLERS.get(path, "other")
 
     def allow(self, settings: WebSettings) -> bool:
         return self._rate.allow(settings.rate_interval, settings.rate_burst)
@@ -483,7 +488,7 @@ def _handler(outer: MetricsServer) -> type:
             if self.headers.get("Content-Length", "0").strip() not in ("", "0") or "Transfer-Encoding" in self.headers:
                 self.close_connection = True  # a body is never read: answer, then close
             path = self.path.split("?", 1)[0]
-            handler = _HANDLERS.get(path, "other")
+            handler = outer.handler(path)
             try:
                 self._answer(path, handler, body)
             except OSError:  # the client went, or the write deadline passed
@@ -510,20 +515,21 @@ def _handler(outer: MetricsServer) -> type:
             if not outer.authorized(settings, self.headers.get("Authorization")):
                 headers["WWW-Authenticate"] = "Basic"
                 return self._send(handler, 401, b"Unauthorized\n", "text/plain; charset=utf-8", headers, body)
-            if path == "/metrics":
+            if handler == "metrics":
                 payload, ctype = outer.render(self.headers.get("Accept", ""))
                 if "gzip" in self.headers.get("Accept-Encoding", ""):
                     payload = gzip.compress(payload, compresslevel=1)
                     headers["Content-Encoding"] = "gzip"
                 return self._send(handler, 200, payload, ctype, headers, body)
             if path == "/":
-                return self._send(handler, 200, b"node-health-agent: /metrics /healthz\n", "text/plain", headers, body)
+                return self._send(handler, 200, f"node-health-agent: {outer.telemetry_path} /healthz\n".encode(), "text/plain",
+                                  headers, body)
             self._send(handler, 404, b"not found\n", "text/plain", headers, body)
 
         def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
             """http.server's own answers (400, 414, 431, 501, 505...): counted like the others."""
             path = (getattr(self, "path", "") or "").split("?", 1)[0]
-            handler = _HANDLERS.get(path, "other")
+            handler = outer.handler(path)
             if not self.counted:
                 self.counted = True
                 outer.count(handler, code)

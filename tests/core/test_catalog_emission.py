@@ -129,7 +129,7 @@ def test_the_renderer_skips_and_counts_undeclared_samples_and_reasons() -> None:
     assert all(labels[0][0] == "check" for labels, _ in series["node_health_check_stuck"])
     assert "node_health_undeclared" not in series
     assert {labels for labels, _ in series["node_health_finding"]} == {
-        (("check", "disk"), ("subject", "/"), ("reason", "NotApplicable"), ("severity", "info"))
+        (("check", "disk"), ("subject", "/"), ("reason", "NotApplicable"), ("severity", "info"), ("gpu", ""))
     }
     assert "node_health_render_dropped_total 8.0\n" in TextRenderer(CATALOG, drops).render(store.snapshot())  # 4 more
 
@@ -182,7 +182,7 @@ def test_metrics_answers_200_with_every_other_series_while_a_check_emits_an_unde
 
     assert value("node_health_check_success", check="typo") == 0
     assert value("node_health_check_failures_total", check="typo") == 1
-    assert value("node_health_finding", check="typo", subject="typo", reason="CheckFailed", severity="warning") == 1
+    assert value("node_health_finding", check="typo", subject="typo", reason="CheckFailed", severity="warning", gpu="") == 1
     assert value("node_health_check_success", check="good") == 1
     assert value("node_health_disk_mounted", mountpoint="/") == 1  # the good check's sample is served
     assert value("node_health_render_dropped_total") == 1  # the event source's typo, skipped

@@ -43,7 +43,8 @@ def run_agent(tmp_path, host, scenario, fake_nvml_lib) -> Iterator[Callable[...,
 
 
 def finding(check: str, subject: str, reason: str, severity: str) -> str:
-    return f'node_health_finding{{check="{check}",reason="{reason}",severity="{severity}",subject="{subject}"}} 1.0'
+    gpu = subject[3:] if subject[3:].isdigit() else ""
+    return f'node_health_finding{{check="{check}",gpu="{gpu}",reason="{reason}",severity="{severity}",subject="{subject}"}} 1.0'
 
 
 def test_agent_run_sees_xids_ecc_and_a_lost_gpu(run_agent, scenario, host, tmp_path) -> None:
@@ -88,6 +89,29 @@ def test_selftest_includes_the_gpu_check(tmp_path, host, scenario, fake_nvml_lib
     report = json.loads(res.stdout)
     got = {(f["subject"], f["reason"], f["severity"]) for f in report["findings"]}
     assert got == {("gpu0", "EccUncorrectable", "critical"), ("gpu0", "Xid48", "critical")}
+
+
+def test_selftest_only_xid_names_the_xids_as_the_daemon_exports_them(run_agent, tmp_path, host, scenario) -> None:
+    """An alert says check="xid", subject="gpu0", gpu="0": `agent selftest --only xid` on that node is
+    accepted and reports the same finding under the same names as the running agent's /metrics."""
+    host.add_gpu("0000:18:00")
+    scenario.set([h100(0)])
+    (tmp_path / "kmsg").write_text("4,0,5000000,-;NVRM: Xid (PCI:0000:18:00): 48, An uncorrectable double bit error (DBE) "
+                                   "has been detected.\n")
+    agent = run_agent()
+    wait_metric(agent, lambda t: finding("xid", "gpu0", "Xid48", "critical") in t)
+    daemon = {(labels["check"], labels["subject"], labels["reason"], labels["gpu"])
+              for labels, value in agent.metrics()["node_health_finding"] if value == 1 and labels["check"] == "xid"}
+    res = subprocess.run([sys.executable, "-m", "agent", "selftest", "--config", str(agent.config_path), "--only", "xid",
+                          "--json"], capture_output=True, timeout=60)
+    assert res.returncode == 1, res.stderr
+    report = json.loads(res.stdout)
+    assert [c["name"] for c in report["checks"]] == ["gpu"], "xid names the gpu check's Xid stream"
+    selftest = {(f["check"], f["subject"], f["reason"], f["subject"][3:]) for f in report["findings"] if f["check"] == "xid"}
+    assert daemon == selftest == {("xid", "gpu0", "Xid48", "0")}
+    table = subprocess.run([sys.executable, "-m", "agent", "selftest", "--config", str(agent.config_path), "--only", "xid"],
+                           capture_output=True, text=True, timeout=60)
+    assert any(line.split()[:3] == ["xid", "gpu0", "CRITICAL"] for line in table.stdout.splitlines()), table.stdout
 
 
 def test_no_nvml_info_finding_and_other_checks_run(tmp_path, host) -> None:

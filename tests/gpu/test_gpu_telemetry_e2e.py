@@ -77,7 +77,7 @@ def test_a_hung_nvml_call_does_not_hold_up_metrics(agent: Agent, scenario) -> No
     last = during[-1][1].decode()
     assert 'node_health_gpu_power_watts{' not in last  # absent while hung, not stale
     assert 'node_health_check_stuck{check="gpu_telemetry"} 0.0' in last  # the poll itself finished
-    assert 'node_health_finding{check="gpu_telemetry",reason="NvmlCallHung",severity="warning",subject="gpu0"} 1.0' in last
+    assert 'node_health_finding{check="gpu_telemetry",gpu="0",reason="NvmlCallHung",severity="warning",subject="gpu0"} 1.0' in last
     scenario.unset("hang.nvmlDeviceGetFieldValues")
     agent.poll(lambda t: 'node_health_gpu_telemetry_up{gpu="0"} 1.0' in t and 'node_health_gpu_power_watts{gpu="0"}' in t,
                "telemetry back once the stuck calls returned", timeout=40)

@@ -186,7 +186,8 @@ def test_selftest_scans_the_current_boot_once(gpu_context, scenario, host, log: 
     log.add(XID79)
     ctx, cfg = gpu_context(f'kmsg_path = "{log.path}"\n')
     obs = GpuCheck(ctx, cfg).run()
-    assert {(f.subject, f.reason) for f in obs.findings} == {("gpu0", "Xid79"), ("gpu0", "Xid13")}
+    assert {(f.check, f.subject, f.reason) for f in obs.findings} == {("xid", "gpu0", "Xid79"), ("xid", "gpu0", "Xid13")}, \
+        "under the source's name, as the daemon exports them (check=\"xid\")"
     assert "2 kernel log records" in obs.subjects["kmsg"]
 
 

@@ -422,6 +422,38 @@ def test_monitor_toggles(chart: list[dict[str, Any]]) -> None:
     assert sm["spec"]["endpoints"][0]["scheme"] == "http"
 
 
+def test_the_metrics_path_reaches_the_agent_and_both_monitors_and_the_probes_keep_healthz() -> None:
+    for path, values in (("/metrics", {}), ("/node/metrics", {"path": "/node/metrics"})):
+        docs = helm_({"metrics": {**values, "serviceMonitor": {"enabled": True}}})
+        assert parse(agent_toml(docs), "agent.toml").metrics.telemetry_path == path
+        for kind, key in (("PodMonitor", "podMetricsEndpoints"), ("ServiceMonitor", "endpoints")):
+            (ep,) = find(docs, kind)["spec"][key]
+            assert ep["path"] == path, kind
+        c = container(docs)
+        assert {c[p]["httpGet"]["path"] for p in ("startupProbe", "readinessProbe", "livenessProbe")} == {"/healthz"}
+
+
+def test_the_dashboard_for_grafanas_sidecar_is_the_dashboard_file() -> None:
+    """On by default, as kube-prometheus-stack ships its dashboards: a ConfigMap labelled grafana_dashboard: "1"
+    holding dashboards/node-health-agent.json itself (the chart's files/ links to it, nothing to drift)."""
+    root = Path(__file__).parent.parent.parent
+    shipped = root / "dashboards" / "node-health-agent.json"
+    assert (root / "charts/node-health-agent/files/node-health-agent.json").resolve() == shipped.resolve()
+    cm = find(helm_(), "ConfigMap", "node-health-agent-dashboard")
+    assert cm["metadata"]["namespace"] == NAMESPACE and cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert "annotations" not in cm["metadata"]
+    assert cm["data"]["node-health-agent.json"] == shipped.read_text().rstrip("\n")
+    # kubectl's client-side apply (Argo CD's default) keeps the object in a 256 KiB annotation
+    assert len(cm["data"]["node-health-agent.json"]) < 200_000
+    custom = find(helm_({"grafanaDashboard": {"label": "grafana_dashboards", "labelValue": "gpu", "namespace": "monitoring",
+                                              "labels": {"team": "ml"}, "annotations": {"grafana_folder": "GPU"}}}),
+                  "ConfigMap", "node-health-agent-dashboard")
+    assert custom["metadata"]["namespace"] == "monitoring" and custom["metadata"]["annotations"] == {"grafana_folder": "GPU"}
+    assert {"grafana_dashboards": "gpu", "team": "ml"}.items() <= custom["metadata"]["labels"].items()
+    assert "grafana_dashboard" not in custom["metadata"]["labels"]
+    assert not [d for d in helm_({"grafanaDashboard": {"enabled": False}}) if d["metadata"]["name"].endswith("-dashboard")]
+
+
 def test_tls_moves_probes_and_monitors_to_https() -> None:
     docs = helm_(EVERYTHING_ON)
     c = container(docs)
@@ -476,6 +508,8 @@ def test_nvidia_runtime_value_matches_the_kustomize_component(gpu_variant: list[
     ({"taintBudget": {"nodes": 7500, "precent": 5}}, "precent"),
     ({"metrics": {"port": 70000}}, "port"),
     ({"imag": {"repository": "x"}}, "imag"),
+    ({"metrics": {"path": "metrics"}}, "path"),
+    ({"metrics": {"path": "/healthz"}}, "path"),
 ])
 def test_values_schema_refuses_mistakes(values: dict[str, Any], key: str) -> None:
     import helm_python

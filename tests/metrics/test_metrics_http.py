@@ -33,10 +33,28 @@ def test_known_findings_exported_at_zero_and_active_at_one() -> None:
     store = Store()
     store.set_checks(["disk"], {"disk": (("/", "NotApplicable"), ("/data", "NotApplicable"))})
     text = render(store)
-    assert 'node_health_finding{check="disk",reason="NotApplicable",severity="info",subject="/"} 0.0' in text
+    assert 'node_health_finding{check="disk",gpu="",reason="NotApplicable",severity="info",subject="/"} 0.0' in text
     store.set_events("xid", [Finding("gpu", "gpu0", "CheckFailed", Severity.WARNING, "m", unknown=True)])
     text = render(store)
-    assert 'node_health_finding{check="gpu",reason="CheckFailed",severity="warning",subject="gpu0"} 1.0' in text
+    assert 'node_health_finding{check="gpu",gpu="0",reason="CheckFailed",severity="warning",subject="gpu0"} 1.0' in text
+
+
+@pytest.mark.parametrize(("subject", "gpu"), [
+    pytest.param("gpu3", "3", id="one GPU: its NVML index, as every GPU series labels it"),
+    pytest.param("gpu12", "12", id="two digits"),
+    pytest.param("gpus", "", id="the GPUs as a whole"),
+    pytest.param("gpu", "", id="an Xid of no known GPU"),
+    pytest.param("pci-0000:18:00", "", id="a GPU not in the inventory"),
+    pytest.param("nvswitch-0000:05:00", "", id="an NVSwitch"),
+    pytest.param("gpu\u0663", "", id="a non-ASCII digit is no index"),
+    pytest.param("/data", "", id="a mount"),
+])
+def test_a_gpu_finding_carries_the_gpu_label_the_gpu_series_carry(subject: str, gpu: str) -> None:
+    """`node_health_finding{gpu="3"}` joins `node_health_gpu_*{gpu="3"}` (and dcgm-exporter's) on gpu."""
+    store = Store()
+    store.set_events("xid", [Finding("xid", subject, "Xid79", Severity.CRITICAL, "m")])
+    [line] = [ln for ln in render(store).splitlines() if ln.startswith("node_health_finding{")]
+    assert f'gpu="{gpu}"' in line and f'subject="{subject}"' in line, line
 
 
 def test_every_rendered_metric_is_in_the_catalog() -> None:

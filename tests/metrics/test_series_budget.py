@@ -97,7 +97,7 @@ def test_findings_at_zero_modes_and_the_active_ones_always() -> None:
     assert {line.split('reason="')[1].split('"')[0] for line in zero["critical"]} == {"DiskReadOnly"}
     assert zero["none"] == set()
     for mode in ("all", "critical", "none"):  # an active finding is there whatever the mode
-        assert ('node_health_finding{check="disk",reason="DiskSpaceLow",severity="warning",subject="/data"} 1.0'
+        assert ('node_health_finding{check="disk",gpu="",reason="DiskSpaceLow",severity="warning",subject="/data"} 1.0'
                 in _render(store, RenderOptions(findings_at_zero=mode)))
 
 

@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 import pytest
-from remediation_support import Clock, FakeCluster, FakeHost, enforce, fault_list, finding, make
+from remediation_support import Clock, FakeCluster, FakeHost, enforce, fault_list, finding, make, settings, value
 
 from agent.kube.api import ApiError
 from agent.remediation import record as R
@@ -243,3 +243,30 @@ def test_a_request_file_is_applied_by_the_next_start_too(tmp_path):
     ladder = make(tmp_path, cfg, cluster=cluster, host=host)
     ladder.tick([])
     assert ladder.step == "idle" and not cluster.retired and not (tmp_path / R.UNRETIRE).exists()
+
+
+
+def test_a_record_of_0_1_0_still_matches_the_xid_fault_it_was_written_for(tmp_path):
+    """Xid findings keep `check="xid"` (docs/gpu.md), so the fault key 0.1.0 wrote into remediation.json
+    for an Xid, "xid/gpu0/Xid79", is the key this version makes for the same fault: after the upgrade,
+    the reboot 0.1.0 asked for it counts as uncured when the Xid is back (the retire window counts it;
+    a key of another shape would start the count again)."""
+    from agent.gpu.xid_tracker import Event, XidStream
+    from agent.parsers.xid import KIND_XID
+
+    key, now = "xid/gpu0/Xid79", Clock().t
+    written_by_0_1_0 = {  # no "_format" stamp, no boot-clock fields: as 0.1.0 wrote it
+        "version": 1, "episode": None, "retired": None, "handled": {}, "resets": {},
+        "reboots": [{"key": key, "at": now - 3600, "boot_id": "boot-0", "back": False}],
+    }
+    (tmp_path / R.FILE).write_text(json.dumps(written_by_0_1_0))
+    stream = XidStream(dedupe_window=5.0, app_hold=60.0, coverage_hold=60.0, overrides={},
+                       subject_of=lambda pci, kind: ("gpu0", "0"), clock=lambda: 10.0)
+    stream.add(Event("kmsg", KIND_XID, 79, "0000:18:00", "GPU has fallen off the bus.", 9.0))
+    [xid79] = stream.findings()
+    assert f"{xid79.check}/{xid79.subject}/{xid79.reason}" == key
+    ladder = make(tmp_path, settings(), clock=Clock(now))  # observe: the record is kept, nothing is done
+    ladder.tick(fault_list(xid79))
+    assert [r.back for r in ladder.rec.reboots] == [True], "0.1.0's reboot for it did not cure it"
+    assert value(ladder, "node_health_remediation_uncured_reboots") == 1
+    assert _load(tmp_path).reboots[0].key == key

@@ -100,7 +100,7 @@ httpGet: {path: /healthz, port: metrics, scheme: {{ include "nha.scheme" . }}}
 {{- $fixed := dict
   "agent" (dict "state_dir" "/var/lib/node-health-agent")
   "paths" (dict "procfs" "/host/proc" "sysfs" "/host/sys" "rootfs" "/host/root")
-  "metrics" (dict "listen" (printf "0.0.0.0:%d" (int .Values.metrics.port)))
+  "metrics" (dict "listen" (printf "0.0.0.0:%d" (int .Values.metrics.port)) "telemetry_path" .Values.metrics.path)
   "kubernetes" (dict
     "taint_prefix" .Values.kubernetes.taintPrefix
     "condition_prefix" .Values.kubernetes.conditionPrefix
