@@ -37,14 +37,12 @@ from __future__ import annotations
 import re
 import tomllib
 import unicodedata
-from collections.abc import Iterator
-from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 import pytest
-from docblocks import DOCS, ROOT, Prose, markers, prose, rel
+from docblocks import DOCS, ROOT, Block, Prose, blocks, markers, rel
 
 from agent.config import parse, to_toml
 
@@ -64,7 +62,6 @@ FIGURE = re.compile(
 # `8 × 425 MiB`: a "×" between numbers is arithmetic, its operands are the figures
 TIMES_BETWEEN = re.compile(rf"{NUMBER}\s?×\s?(?={NUMBER})")
 BENCH_LINK = re.compile(r"\]\((?:\.\./)*benches/README\.md#([\w-]+)\)")
-GENERATED = re.compile(r"<!-- BEGIN agent docs.*?<!-- END agent docs[^>]*-->", re.S)
 
 
 def strip(text: str) -> str:
@@ -173,45 +170,6 @@ def named_defaults(text: str) -> set[float]:
 
 def _is_default(figure: str, values: set[float]) -> bool:
     return all(any(abs(v - d) <= 1e-9 * max(1.0, abs(d)) for d in values) for v in value_of(figure))
-
-
-@dataclass(frozen=True)
-class Block:
-    prose: Prose
-    caption: str  # for a table row: the paragraph just above its table, and the header row
-    is_caption: bool = False  # a paragraph just above a table (its marker may be for the rows)
-
-
-def blocks(path: Path) -> Iterator[Block]:
-    if path.parent.name == "reference":
-        return  # generated: test_readme.py
-    text = path.read_text()
-    generated = [(m.start(), m.end()) for m in GENERATED.finditer(text)]
-    offsets = [0]
-    for line in text.splitlines(keepends=True):
-        offsets.append(offsets[-1] + len(line))
-    caption, header, last_kind = "", "", ""
-    pending: Prose | None = None
-    for p in prose(path):
-        if any(a <= offsets[p.line - 1] < b for a, b in generated):
-            continue
-        if pending is not None:
-            yield Block(pending, "", is_caption=p.kind == "row")
-            pending = None
-        if p.kind == "row":
-            if last_kind != "row":
-                header = p.text
-            last_kind = "row"
-            yield Block(p, caption + "\n" + header)
-            continue
-        if p.kind == "paragraph":
-            caption = p.text
-            pending = p
-        elif p.kind == "heading":
-            caption = ""
-        last_kind = p.kind
-    if pending is not None:
-        yield Block(pending, "")
 
 
 def problems(block: Block) -> list[str]:

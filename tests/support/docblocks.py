@@ -20,6 +20,7 @@ ROOT = next(p for p in Path(__file__).resolve().parents if (p / "pyproject.toml"
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 FENCE = re.compile(r"^\s*(```|~~~)\s*([\w-]*)")
 MARKER = re.compile(r"<!--\s*([a-z ]+):\s*(.*?)\s*-->")
+GENERATED = re.compile(r"<!-- BEGIN agent docs.*?<!-- END agent docs[^>]*-->", re.S)
 INLINE = re.compile(r"(?<!`)`(agent [^`]+)`(?!`)")
 
 
@@ -123,6 +124,47 @@ def prose(path: Path) -> Iterator[Prose]:
                 first = n
             para.append(line)
     yield from flush()
+
+
+@dataclass(frozen=True)
+class Block:
+    prose: Prose
+    caption: str  # for a table row: the paragraph just above its table, and the header row
+    is_caption: bool = False  # a paragraph just above a table (its marker may be for the rows)
+
+
+def blocks(path: Path) -> Iterator[Block]:
+    """Paragraphs and table rows outside the generated tables (docs/reference/, `<!-- BEGIN agent docs -->`),
+    each row with its table's caption and header."""
+    if path.parent.name == "reference":
+        return  # generated: test_readme.py
+    text = path.read_text()
+    generated = [(m.start(), m.end()) for m in GENERATED.finditer(text)]
+    offsets = [0]
+    for line in text.splitlines(keepends=True):
+        offsets.append(offsets[-1] + len(line))
+    caption, header, last_kind = "", "", ""
+    pending: Prose | None = None
+    for p in prose(path):
+        if any(a <= offsets[p.line - 1] < b for a, b in generated):
+            continue
+        if pending is not None:
+            yield Block(pending, "", is_caption=p.kind == "row")
+            pending = None
+        if p.kind == "row":
+            if last_kind != "row":
+                header = p.text
+            last_kind = "row"
+            yield Block(p, caption + "\n" + header)
+            continue
+        if p.kind == "paragraph":
+            caption = p.text
+            pending = p
+        elif p.kind == "heading":
+            caption = ""
+        last_kind = p.kind
+    if pending is not None:
+        yield Block(pending, "")
 
 
 # ---------------------------------------------------------------- `agent …` commands anywhere
