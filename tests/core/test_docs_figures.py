@@ -1,7 +1,7 @@
 """Every figure in the README's and docs/*.md's prose says where it comes from.
 
 A figure is a number with a unit of measure: a size (B, KB, KiB, MB, MiB, GB,
-GiB), a share (%), a ratio (×), a duration (ns, µs, ms, s, m, min, h,
+GiB), a share (%), a ratio (×, or x after a number), a duration (ns, µs, ms, s, m, min, h,
 seconds, minutes, hours), a rate (lines/s, wake-ups/s, …), instructions/line
 or a count of series. Prose is each paragraph, list item and table row
 outside code blocks, inline code, link targets, HTML comments, headings (the
@@ -55,7 +55,7 @@ UNITS = {
     "ns": 1e-9, "µs": 1e-6, "us": 1e-6, "ms": 1e-3, "s": 1.0, "sec": 1.0, "second": 1.0, "seconds": 1.0,
     "m": 60.0, "min": 60.0, "minute": 60.0, "minutes": 60.0, "h": 3600.0, "hour": 3600.0, "hours": 3600.0,
     "B": 1.0, "KB": 1e3, "kB": 1e3, "KiB": 2.0**10, "MB": 1e6, "MiB": 2.0**20, "GB": 1e9, "GiB": 2.0**30,
-    "%": 0.01, "×": 1.0,
+    "%": 0.01, "×": 1.0, "x": 1.0,
 }
 UNIT = "|".join(sorted((re.escape(u) for u in UNITS), key=len, reverse=True))
 FIGURE = re.compile(
@@ -252,6 +252,7 @@ def test_every_figure_cites_its_bench_or_is_a_default(block: Block) -> None:
                      ["0.284 %", "2,000 series", "41 instructions/line", "1.2 M lines/s"], id="shares and counts"),
         pytest.param("Helm 3, kernel 4.x, Python ≥ 3.11, `30s`, Xid 79, [a](b.md#x-30-s)", [], id="not figures"),
         pytest.param("every 30 s and 5 minutes", ["30 s", "5 minutes"], id="durations"),
+        pytest.param("up to 3x, 17 – 36x; not 0x8 nor 2x2", ["3x", "17 – 36x"], id="an ascii ratio"),
     ],
 )
 def test_the_finder_finds_figures(text: str, found: list[str]) -> None:
