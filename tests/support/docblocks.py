@@ -193,6 +193,20 @@ def commands(path: Path) -> Iterator[tuple[str, str]]:
             prev_blank = True  # the rest of an indented block
 
 
+def piped_commands(path: Path) -> set[tuple[str, str]]:
+    """(where, command) of the `agent` commands shown reading a pipe: `journalctl -k | agent scan-log -`."""
+    out = set()
+    fenced = False
+    for n, line in enumerate(path.read_text().splitlines(), 1):
+        if FENCE.match(line):
+            fenced = not fenced
+        elif fenced or line.startswith("    "):
+            text = re.split(r"\s+#\s", re.sub(r"^\s*\$\s+", "", line.strip()))[0]
+            for part in re.split(r"\s\|\s", text)[1:]:
+                out |= {(f"{rel(path)}:{n}", cmd) for cmd in shell_agent_commands(part)}
+    return out
+
+
 def shell_agent_commands(line: str) -> Iterator[str]:
     """The `agent` commands of a shell line: `$ a | agent scan-log - --json  # note` gives one."""
     text = re.sub(r"^\s*(\$|#)\s+", "", line.strip())
