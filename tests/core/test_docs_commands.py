@@ -1,8 +1,9 @@
 """The `agent …` commands the README and docs/*.md show are real: every one
 (in code blocks and inline code, synopses included) names commands, flags and
-choices the argparse parser has; every literal one parses (which of them are
-run, and how, is tests/core/test_docs_shell.py's). Every bench in benches/ answers `--help` without running,
-and every `node_health_*` metric the docs name is one the catalog declares.
+choices the argparse parser has; every literal one parses (which of them
+are run, and how, is tests/core/test_docs_agent_runs.py's). Every bench in
+benches/ answers `--help` without running, and every `node_health_*` metric
+the docs name is one the catalog declares.
 """
 
 from __future__ import annotations
