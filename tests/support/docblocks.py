@@ -29,8 +29,8 @@ def rel(path: Path) -> str:
 
 
 def markers(text: str) -> dict[str, str]:
-    """{kind: argument} of the `<!-- kind: argument -->` comments in a text."""
-    return {m.group(1).strip(): m.group(2) for m in MARKER.finditer(text)}
+    """{kind: argument} of the `<!-- kind: argument -->` comments in a text (not those shown in inline code)."""
+    return {m.group(1).strip(): m.group(2) for m in MARKER.finditer(re.sub(r"`[^`\n]*`", " ", text))}
 
 
 @dataclass(frozen=True)
