@@ -1,78 +1,31 @@
 """The `agent …` commands the README and docs/*.md show are real: every one
 (in code blocks and inline code, synopses included) names commands, flags and
-choices the argparse parser has; every literal one parses; those that need no
-root, GPU or cluster are run (bounded, in a temporary state dir) and must not
-fail as bad usage. Every bench in benches/ answers `--help` without running,
-and every `node_health_*` metric the docs name is one the catalog declares.
+choices the argparse parser has; every literal one parses (which of them
+are run, and how, is tests/core/test_docs_agent_runs.py's). Every bench in
+benches/ answers `--help` without running, and every `node_health_*` metric
+the docs name is one the catalog declares.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
 from contextlib import redirect_stderr
 from io import StringIO
 from pathlib import Path
 
 import pytest
+from docblocks import DOCS, ROOT, commands, literal, placeholder
 
 from agent.cli import build_parser
-
-ROOT = next(p for p in Path(__file__).resolve().parents if (p / "pyproject.toml").exists())
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
-FENCE = re.compile(r"^\s*(```|~~~)")
-INLINE = re.compile(r"(?<!`)`(agent [^`]+)`(?!`)")
-# Commands run for real: none needs root, a GPU or a cluster, and none changes the host.
-RUNNABLE = {("version",), ("docs",), ("xid",), ("config", "show"), ("config", "check"), ("selftest",), ("scan-log",)}
-
-
-def commands(path: Path) -> Iterator[tuple[str, str]]:
-    """(where, command) for each `agent …` command shown in a Markdown file."""
-    in_fence = False
-    prev_blank = True
-    for n, line in enumerate(path.read_text().splitlines(), 1):
-        where = f"{path.relative_to(ROOT)}:{n}"
-        if FENCE.match(line):
-            in_fence = not in_fence
-            prev_blank = False
-            continue
-        indented = not in_fence and line.startswith("    ") and prev_blank and line.strip()
-        if in_fence or indented:
-            for cmd in _shell_commands(line):
-                yield where, cmd
-        else:
-            prev_blank = not line.strip()
-            for m in INLINE.finditer(line):
-                yield where, m.group(1).replace("\\|", "|").strip()
-        if indented:
-            prev_blank = True  # the rest of an indented block
-
-
-def _shell_commands(line: str) -> Iterator[str]:
-    """The `agent` commands of a shell line: `$ a | agent scan-log - --json  # note` gives one."""
-    text = re.sub(r"^\s*(\$|#)\s+", "", line.strip())
-    text = re.split(r"\s+#\s", text)[0]  # a trailing comment
-    for part in re.split(r"\s(?:\||&&|;)\s", text):  # pipes and command lists
-        part = re.sub(r"^sudo\s+", "", part.strip())
-        if re.match(r"agent(\s|$)", part):
-            yield part
-
 
 def _subcommands(p: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser] | None:
     for a in p._actions:
         if isinstance(a, argparse._SubParsersAction):
             return dict(a.choices)
     return None
-
-
-def _placeholder(tok: str) -> bool:
-    """FILE, N, <n>, HOST:PORT, 0,1,…, … : a stand-in, not a literal value."""
-    return ("…" in tok or "..." in tok or bool(re.fullmatch(r"[A-Z][A-Z0-9_:]*|<[^<>]+>", tok))
-            or tok == "FILE|-")
 
 
 def _clean(tok: str) -> str:
@@ -131,18 +84,10 @@ def _walk(parser: argparse.ArgumentParser, path: list[str], tokens: list[str]) -
 
 
 def _choices(here: str, name: str, action: argparse.Action, value: str) -> list[str]:
-    if not value or not action.choices or _placeholder(value):
+    if not value or not action.choices or placeholder(value):
         return []
     return [f"`{here}`: {name} has no choice {v!r} (it has {', '.join(map(str, action.choices))})"
             for v in value.split("|") if v not in action.choices]
-
-
-def literal(cmd: str) -> list[str] | None:
-    """The argv of a command shown as typed (no synopsis brackets, choices or stand-ins)."""
-    argv = cmd.split()[1:]
-    if any(c in cmd for c in "[]|{}…") or "..." in cmd or any(_placeholder(t) for t in argv):
-        return None
-    return argv
 
 
 ALL = [(where, cmd) for path in DOCS for where, cmd in commands(path)]
@@ -183,28 +128,6 @@ def test_every_command_in_the_docs_is_one_the_parser_has(where: str, cmd: str) -
 )
 def test_the_checker_finds_what_the_parser_lacks(cmd: str, found: str) -> None:
     assert any(found in p for p in problems(cmd)), problems(cmd)
-
-
-RUN = sorted({cmd for _, cmd in ALL if (argv := literal(cmd)) is not None
-              and (tuple(argv[:2]) in RUNNABLE or tuple(argv[:1]) in RUNNABLE)
-              and all(Path(a).exists() for a in argv[1:] if a.startswith("/"))})
-
-
-def test_runnable_commands_are_found() -> None:
-    assert {c.split()[1] for c in RUN} >= {"selftest", "version", "docs", "xid"}, RUN
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("cmd", RUN)
-def test_commands_that_need_no_root_gpu_or_cluster_run(cmd: str, tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("KUBERNETES_", "KUBECONFIG"))}
-    env |= {"HOME": str(tmp_path), "XDG_STATE_HOME": str(tmp_path / "state"), "NODE_NAME": "docs-node"}
-    res = subprocess.run([sys.executable, "-m", "agent", *cmd.split()[1:]], capture_output=True, text=True,
-                         timeout=240, check=False, env=env, cwd=tmp_path, stdin=subprocess.DEVNULL)
-    # selftest and scan-log exit 1 for a finding on this machine: that is not the docs' fault; 2 is
-    allowed = (0, 1) if cmd.split()[1] in ("selftest", "scan-log") else (0,)
-    assert res.returncode in allowed, f"`{cmd}` exited {res.returncode}: {res.stderr[-2000:]}"
-    assert res.stdout.strip(), f"`{cmd}` printed nothing"
 
 
 BENCHES = sorted(p for p in (ROOT / "benches").glob("*.py") if not p.name.startswith("_"))
