@@ -105,7 +105,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_selftest(args: argparse.Namespace) -> int:
     from .. import logs, selftest
-    from ..registry import CATALOG, CHECKS
+    from ..registry import CHECKS, catalog_for
     from ..runtime import build_checks, load_config, pods_once, state_dir
     from ..scheduler import Scheduler
     from ..statedir import read_only_process
@@ -118,7 +118,7 @@ def cmd_selftest(args: argparse.Namespace) -> int:
         if name not in CHECKS:
             raise UsageError(f"--only: unknown check \"{name}\"{did_you_mean(name, CHECKS)}")
     store = Store()
-    sched = Scheduler(store, CATALOG)
+    sched = Scheduler(store, catalog_for(cfg.checks))
     # A selftest looks and changes nothing (no rules installed, no state written); a check that reads the
     # node's pods gets them from one LIST (no watch), where a cluster is configured.
     pods = pods_once(cfg, only=args.only)

@@ -23,9 +23,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from .. import native
+from ..catalog import Catalog
 from ..findings import Severity
 from ..parsers.kscreen import spec
-from .catalog import OPERATOR_REASON, PATTERNS, FaultPattern
+from .catalog import OPERATOR_REASON, PATTERNS, FaultPattern, operator_reasons, with_reasons
 
 NAME = re.compile(r"[a-z0-9_]{1,64}")
 
@@ -66,6 +67,8 @@ class Table:
     def __init__(self, patterns: Sequence[FaultPattern]) -> None:
         self.patterns = tuple(patterns)
         self.by_name = {p.name: p for p in self.patterns}
+        # the kernel catalog and the reasons an operator's patterns name: what the findings are made by
+        self.catalog: Catalog = with_reasons(operator_reasons(self.patterns))
         self._each = [(re.compile(p.pattern.encode()), p) for p in self.patterns]
         # (announcing line, the pattern, the message it claims after it): see FaultPattern.prelude
         self._preludes = [(re.compile(p.prelude.encode()), p, re.compile(p.then.encode()) if p.then else None)
@@ -171,7 +174,7 @@ def build(
 ) -> Table:
     """The built-in table with `disabled` names dropped and `overrides` (name,
     fields) applied: a built-in's name changes its fields, a new name adds a
-    pattern (reason `KernelLogPattern`) after the built-in ones. Raises
+    pattern (reason `KernelLogPattern` unless it names one) after the built-in ones. Raises
     PatternError for a bad regex or a new pattern without one."""
     off = set(disabled)
     table = [p for p in PATTERNS if p.name not in off]
@@ -189,9 +192,10 @@ def build(
         if not fields.get("pattern"):
             raise PatternError(f'expected a "pattern" for "{name}", which is not a built-in pattern')
         kw = {k: v for k, v in fields.items() if k != "pattern"}
+        kw.setdefault("reason", OPERATOR_REASON)
         kw.setdefault("severity", Severity.WARNING)
         kw.setdefault("action", "none")
-        table.append(FaultPattern(name, OPERATOR_REASON, pattern=str(fields["pattern"]), summary="", **kw))  # type: ignore[arg-type]
+        table.append(FaultPattern(name, pattern=str(fields["pattern"]), summary="", **kw))  # type: ignore[arg-type]
     return Table(table)
 
 
