@@ -190,14 +190,15 @@ PATTERNS: tuple[FaultPattern, ...] = (
        r"nvme nvme\d+: (?:Removing after probe failure|Device not ready; aborting|Disabling device after reset failure)",
        "An NVMe controller failed its reset and was removed: its namespaces are gone.", hold=None,
        screen=(('nvme nvme', 'Removing after probe failure'), ('nvme nvme', 'Device not ready; aborting'), ('nvme nvme', 'Disabling device after reset failure'))),
-    # block/blk-core.c blk_print_req_error ("%s error, dev %s, sector %llu ..."; older "blk_update_request: "),
+    # block/blk-core.c blk_print_req_error ("%s error, dev %s, sector %llu ..."; older "blk_update_request: ",
+    # 3.x kernels such as RHEL 7's 3.10 "end_request: "),
     # fs/buffer.c "Buffer I/O error on dev %pg, logical block %llu". The disk check counts SCSI ioerr_cnt
     # and ext4's error counter for its mounts; these lines cover every device (NVMe, virtio) and filesystem.
     _p("block_io_error", "BlockIOError", _WARN, "none",
-       r"(?:blk_update_request: )?(?:I/O|critical medium|critical target|critical nexus|recoverable transport|timeout)"
+       r"(?:blk_update_request: |end_request: )?(?:I/O|critical medium|critical target|critical nexus|recoverable transport|timeout)"
        r" error, dev \S+, sector \d+|Buffer I/O error on dev(?:ice)? \S+, ",
        "The block layer failed an I/O on a device (medium, transport or timeout error).",
-       screen=(('blk_update_request: ', ' error, dev '), ('I/O error, dev ', ''), ('critical ', ' error, dev '), ('recoverable transport error, dev ', ''), ('timeout error, dev ', ''), ('Buffer I/O error on dev', ''))),
+       screen=(('blk_update_request: ', ' error, dev '), ('end_request: ', ' error, dev '), ('I/O error, dev ', ''), ('critical ', ' error, dev '), ('recoverable transport error, dev ', ''), ('timeout error, dev ', ''), ('Buffer I/O error on dev', ''))),
     # fs/xfs/xfs_fsops.c xfs_do_force_shutdown: "Corruption of in-memory data (0x%x) detected ... Shutting down filesystem"
     _p("xfs_shutdown", "FilesystemShutdown", _CRIT, "drain_and_diagnose",
        r"XFS \(\S+\): .*(?:Shutting down filesystem|Filesystem has been shut down)",

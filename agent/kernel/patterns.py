@@ -208,7 +208,9 @@ DEFAULT = Table(PATTERNS)
 # a syslog / journal head ("<stamp> host kernel: ": syslog's "Nov 25 10:00:01" (journalctl's
 # short and short-precise with microseconds), ISO time (short-iso, rsyslog's RFC 3339),
 # short-full's "Tue 2026-11-25 10:00:01 UTC", short-monotonic's "[  123.456789]"), dmesg's
-# --time-format iso stamp and dmesg's bracket ("[  123.456789] ", "[Tue Nov 25 10:00:01 2026] ").
+# --time-format iso stamp and dmesg's bracket ("[  123.456789] ", "[Tue Nov 25 10:00:01 2026] "), with
+# the caller's id a kernel built with CONFIG_PRINTK_CALLER adds after it ("[  123.456789][  T896] ": task 896,
+# "[C3]": CPU 3 in interrupt context).
 # A bracket holds a digit: a message of its own that starts with one ("[Hardware Error]: ...") is kept.
 _LINE = re.compile(
     rb"^(?:\d{1,19},\d{1,19},(?P<usec>\d{1,19})(?:,[^;]*)?;)?"
@@ -217,7 +219,7 @@ _LINE = re.compile(
     rb"(?:(?P<syslog>[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d(?:\.\d{1,9})?|\d{4}-\d\d-\d\dT\S+"
     rb"|[A-Z][a-z]{2} \d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d{1,9})? [A-Z0-9+-]{1,6}|\[ *\d{1,12}\.\d{1,9}\]) \S+ kernel: )?"
     rb"(?:(?P<iso>\d{4}-\d\d-\d\dT\S+) )?"
-    rb"(?:\[(?P<bracket>[^\]\d]{0,39}\d[^\]]{0,39})\] ?)?"
+    rb"(?:\[(?P<bracket>[^\]\d]{0,39}\d[^\]]{0,39})\](?:\[ *[TC]\d{1,10}\])? ?)?"
 )
 
 
