@@ -12,7 +12,7 @@ generated from it (`agent docs`), so catalog, code and docs cannot drift apart.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Literal
@@ -147,6 +147,17 @@ class Catalog:
         """The core entries and these (a feature's `REASONS` and `METRICS`)."""
         return cls.merge(_CORE, _of(reasons, metrics))
 
+    def configurable(self) -> Catalog:
+        """This catalog, plus the reasons a configuration names (`configure`): the daemon's one catalog,
+        which every holder of it sees change on a reload."""
+        return Catalog(ConfiguredReasons(self.reasons), self.metrics)
+
+    def configure(self, reasons: Iterable[Reason]) -> None:
+        """Declare the reasons a configuration names (a `configurable` catalog only)."""
+        if not isinstance(self.reasons, ConfiguredReasons):
+            raise CatalogError("configure() needs a catalog made by configurable()")
+        self.reasons.declare(reasons)
+
     @classmethod
     def merge(cls, *parts: Catalog) -> Catalog:
         """One catalog of all `parts`; a name declared twice must be declared the same."""
@@ -212,6 +223,43 @@ class Catalog:
         for f in obs.findings:
             if f.reason not in self.reasons:
                 raise CatalogError(f"finding reason {f.reason!r} is not in the catalog (agent/catalog.py)")
+
+
+class ConfiguredReasons(Mapping[str, Reason]):
+    """The declared reasons, then those the running configuration names (an operator's named kernel
+    patterns). A reload declares its set; a reason it no longer names stays declared with its last
+    entry until the process ends, so a finding of it that is still active (held by hysteresis, an
+    episode of the ladder) keeps its family and severity while it clears. A declared reason's
+    entry is never replaced by a configured one."""
+
+    def __init__(self, fixed: Mapping[str, Reason]) -> None:
+        self._fixed = fixed
+        self._added: Mapping[str, Reason] = MappingProxyType({})
+
+    def declare(self, reasons: Iterable[Reason]) -> None:
+        added = dict(self._added)
+        for r in reasons:
+            _action(r.action)
+            if r.name not in self._fixed:
+                added[r.name] = r
+        self._added = MappingProxyType(added)  # one reference swap: readers on other threads see old or new
+
+    def __getitem__(self, name: str) -> Reason:
+        try:
+            return self._fixed[name]
+        except KeyError:
+            return self._added[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._fixed or name in self._added
+
+    def __iter__(self) -> Iterator[str]:
+        added = self._added
+        yield from self._fixed
+        yield from (n for n in added if n not in self._fixed)
+
+    def __len__(self) -> int:
+        return len(self._fixed) + len(self._added)
 
 
 class CatalogError(ValueError):

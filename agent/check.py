@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from .hostpaths import HostPaths
 
 if TYPE_CHECKING:
-    from .catalog import Catalog
+    from .catalog import Catalog, Reason
     from .findings import Observation
     from .pods import PodView
     from .schema import CheckConfig, ConfigView
@@ -67,3 +67,7 @@ class CheckSpec:
     needs_pods: Callable[[Any], bool] | None = None
     # The pod annotation keys the check, so configured, reads: the only annotations the pod watch keeps.
     pod_annotations: Callable[[Any], Iterable[str]] | None = None
+    # The reasons the check's configuration names beyond its catalog (an operator's named kernel patterns),
+    # each with the key (under [checks.<name>]) that first names it: the config loader refuses one that is
+    # another feature's reason, and the daemon declares the rest (`agent.registry.configured_reasons`).
+    reasons: Callable[[Any], Iterable[tuple[str, Reason]]] | None = None

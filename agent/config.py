@@ -86,8 +86,9 @@ def parse(text: str, source: str) -> Config:
         raise ConfigError(source, None, f"TOML syntax error: {exc}") from None
     checks_raw = data.pop("checks", {})
     cfg: Config = build(Config, data, "", source, skip={"checks"})
-    _check_policy(cfg.kubernetes, source)
     checks = _build_checks(checks_raw, source)
+    named = _check_reasons(checks, source)
+    _check_policy(cfg.kubernetes, source, named)
     return dataclasses.replace(cfg, source=source, checks=checks)
 
 
@@ -107,10 +108,25 @@ def _build_checks(raw: Any, source: str) -> Mapping[str, CheckConfig]:
     return MappingProxyType(built)
 
 
-def _check_policy(k: KubernetesSection, source: str) -> None:
-    """``[kubernetes.policy] overrides`` name checks and reasons of the registry; a check is named as
-    findings carry it (``xid/Xid79``: the gpu check's Xid stream, whose findings say ``check="xid"``)."""
-    checks, reasons = [*registry.CHECKS, *registry.FINDING_SOURCES], registry.CATALOG.reasons
+def _check_reasons(checks: Mapping[str, CheckConfig], source: str) -> frozenset[str]:
+    """The reasons the checks' configurations name (an operator's kernel patterns): none may be, or
+    differ only in case from, a reason another feature declares. Returns their names."""
+    taken = {r.lower(): r for r in registry.CATALOG.reasons}
+    names = set()
+    for check, key, reason in registry.configured_reasons(checks):
+        clash = taken.get(reason.name.lower())
+        if clash is not None:
+            raise ConfigError(source, f"checks.{check}.{key}", f'expected a reason of its own; "{reason.name}" is (or differs '
+                              f'only in case from) the agent\'s reason "{clash}" (see `agent docs reasons`)')
+        names.add(reason.name)
+    return frozenset(names)
+
+
+def _check_policy(k: KubernetesSection, source: str, named: frozenset[str] = frozenset()) -> None:
+    """``[kubernetes.policy] overrides`` name checks and reasons of the registry, or reasons the checks'
+    configurations name; a check is named as findings carry it (``xid/Xid79``: the gpu check's Xid stream,
+    whose findings say ``check="xid"``)."""
+    checks, reasons = [*registry.CHECKS, *registry.FINDING_SOURCES], set(registry.CATALOG.reasons) | named
     for key in k.policy.overrides:
         check, _, reason = key.partition("/")
         problem = None

@@ -27,7 +27,7 @@ from .config import Config
 from .filewatch import FileWatcher, stamp
 from .findings import Finding, Sample, Severity
 from .metrics import RenderOptions, build_registry
-from .registry import CATALOG
+from .registry import catalog_for, configured_reasons
 from .runtime import (
     Overrides,
     build_checks,
@@ -84,7 +84,9 @@ class Daemon:
         self.overrides = overrides
         self.opts = opts
         self.store = Store()
-        self.scheduler = Scheduler(self.store, CATALOG, jitter=cfg.agent.jitter)
+        # every reason and metric, with the reasons the config names (an operator's kernel patterns)
+        self.catalog = catalog_for(cfg.checks)
+        self.scheduler = Scheduler(self.store, self.catalog, jitter=cfg.agent.jitter)
         self.notifier = Notifier()
         self.stop = threading.Event()
         self.metrics: MetricsServer | None = None
@@ -207,7 +209,7 @@ class Daemon:
             self.scheduler.call_soon(lambda: self.store.set_extra("kubernetes", samples))
 
         self.kube = start(
-            self.cfg.kubernetes, CATALOG, node_name(self.cfg), self.state, kubeconfig=self.opts.kubeconfig, dry_run=self.opts.dry_run,
+            self.cfg.kubernetes, self.catalog, node_name(self.cfg), self.state, kubeconfig=self.opts.kubeconfig, dry_run=self.opts.dry_run,
             publish_samples=publish,
         )
 
@@ -229,7 +231,7 @@ class Daemon:
         self.remedy = start(
             self.cfg.remediation, self.state, host_paths(self.cfg), kube=self.kube,
             dry_run=self.opts.dry_run or self.cfg.kubernetes.dry_run, config_path=self.overrides.config_path,
-            publish_samples=publish, catalog=CATALOG,
+            publish_samples=publish, catalog=self.catalog,
             users=attribution(host_paths(self.cfg), self.cfg.check("gpu"), self.cfg.check("gpu_pods")),
         )
 
@@ -247,7 +249,7 @@ class Daemon:
     def _bind_metrics(self) -> None:
         key = "--listen" if self.overrides.listen else f"{self.cfg.source}: metrics.listen"
         self.metrics = MetricsServer(
-            self.cfg.metrics, build_registry(self.store, CATALOG, RenderOptions.of(self.cfg.metrics)), self.store,
+            self.cfg.metrics, build_registry(self.store, self.catalog, RenderOptions.of(self.cfg.metrics)), self.store,
             web=self.web, counters=self.web_counters, key=key
         )
 
@@ -326,6 +328,7 @@ class Daemon:
             return
         old, self.cfg = self.cfg, new
         old_web, self.web = self.web, new_web
+        self.catalog.configure(r for _, _, r in configured_reasons(new.checks))  # before a source emits one
         logging.getLogger().setLevel(new.agent.log_level.upper())
         # Event sources are restarted only when what they are built from changed:
         # a SIGHUP must not cancel a preflight burn or re-open the kernel log.

@@ -41,6 +41,27 @@ FINDING_SOURCES: Mapping[str, str] = MappingProxyType(
 
 CATALOG: Catalog = Catalog.merge(*(spec.catalog for spec in CHECKS.values()), kube.CATALOG, remediation.CATALOG, WEB_CATALOG)
 
+
+
+def configured_reasons(checks: Mapping[str, object]) -> list[tuple[str, str, Reason]]:
+    """The reasons the checks' configurations name beyond the catalog (`CheckSpec.reasons`): (check,
+    key under [checks.<check>], the reason's entry), in check order."""
+    out: list[tuple[str, str, Reason]] = []
+    for name, spec in CHECKS.items():
+        cfg = checks.get(name)
+        if spec.reasons is not None and cfg is not None:
+            out.extend((name, key, reason) for key, reason in spec.reasons(cfg))
+    return out
+
+
+def catalog_for(checks: Mapping[str, object]) -> Catalog:
+    """The daemon's catalog: `CATALOG` and the reasons these check configurations name; a reload
+    declares its own with `Catalog.configure`."""
+    catalog = CATALOG.configurable()
+    catalog.configure(r for _, _, r in configured_reasons(checks))
+    return catalog
+
+
 # What each feature declares, by feature name ("core": the agent's own): the
 # per-feature tables of docs/*.md are generated from it (`agent docs reasons gpu`).
 FEATURES: Mapping[str, tuple[tuple[Reason, ...], tuple[MetricSpec, ...]]] = MappingProxyType({

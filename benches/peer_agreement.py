@@ -30,6 +30,13 @@ PEER_TO_AGENT: dict[str, set[str]] = {
     "efa_admin_cmd_failed": set(),  # left out on purpose (docs/kernel.md): counted as a disagreement of taste
     "efa_device_reset_failed": {"efa_reset_failed"}, "efa_device_not_ready": {"efa_reset_failed"},
     "netdev_watchdog": {"tx_timeout"},
+    # the EKS node monitoring agent's reasons (its KernelBug is any "BUG: " line: the oops forms too)
+    "KernelBug": {"kernel_bug", "kernel_oops"}, "SoftLockup": {"soft_lockup"}, "AppBlocked": {"hung_task"},
+    "ConntrackExceededKernel": {"conntrack_full"}, "BlockDeviceIOError": {"block_io_error"},
+    "AppCrash": set(), "NvidiaNCCLError": set(),  # application crashes: not node faults (docs/kernel.md)
+    # AWS Neuron (Trainium, Inferentia) devices: outside this agent (NVIDIA GPU nodes)
+    "NeuronSRAMUncorrectableError": set(), "NeuronNCUncorrectableError": set(),
+    "NeuronHBMUncorrectableError": set(), "NeuronDMAError": set(),
 }
 
 

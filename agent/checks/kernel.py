@@ -29,6 +29,8 @@ class KernelCheck:
         self.ctx, self.cfg = ctx, cfg
         self.edac = EdacMonitor(ctx.paths, StateDir(ctx.state_dir), cfg.edac_ce_per_day)
         self._scanned = False
+        # the kernel catalog with the reasons the operator's patterns name (a selftest's scan finds them)
+        self.catalog = cfg.table().catalog if any(p.reason for p in cfg.patterns.values()) else CATALOG
 
     def known_findings(self) -> Iterable[tuple[str, str]]:
         from ..kernel.edac import read_controllers
@@ -38,7 +40,7 @@ class KernelCheck:
                 yield (c.name, "EdacUncorrectable")
 
     def run(self) -> Observation:
-        b = ObservationBuilder(self.name, CATALOG)
+        b = ObservationBuilder(self.name, self.catalog)
         if self.cfg.edac:
             self.edac.run(b, dry_run=self.ctx.dry_run)
         if not self._scanned:
@@ -66,4 +68,5 @@ SPEC = CheckSpec(
     catalog=CATALOG,
     sources=_sources,
     finding_sources=("kernel-log",),  # its source's findings (selftest's single pass reports them under it too)
+    reasons=KernelConfig.reasons,
 )

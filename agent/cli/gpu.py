@@ -22,7 +22,6 @@ from typing import Any
 
 from ..findings import ACTION_TEXT, Severity
 from ..gpu.xid_catalog import BUCKETS, classify, lookup
-from ..kernel.catalog import CATALOG
 from ..kernel.patterns import DEFAULT, Table, scan_log
 from ..parsers.xid import KIND_DRIVER_LOADED
 from .shared import UsageError
@@ -42,6 +41,10 @@ def register(sub: Any) -> None:
     scan.add_argument(
         "--patterns", metavar="FILE",
         help="add node-problem-detector's kernel-monitor rules (its kernel-monitor.json) after the table's patterns",
+    )
+    scan.add_argument(
+        "--to-toml", action="store_true",
+        help="print the --patterns rules as [checks.kernel.patterns.<name>] tables to paste into the config, and scan nothing",
     )
     scan.set_defaults(func=cmd_scan_log)
     xid = sub.add_parser("xid", help="explain one Xid: meaning, severity, recommended action")
@@ -100,7 +103,7 @@ def kernel_faults(data: bytes, table: Table, not_kernel: list[int] | None = None
     """The kernel faults of a log, as the JSON objects `scan-log --json` prints (kind "kernel")."""
     return [
         {"line": line, "time": time, "kind": "kernel", "fault": p.name, "severity": p.severity.value,
-         "action": p.action, "reason": p.reason, "meaning": CATALOG.reason(p.reason).summary if p.summary == "" else p.summary,
+         "action": p.action, "reason": p.reason, "meaning": table.catalog.reason(p.reason).summary if p.summary == "" else p.summary,
          "message": message.decode("utf-8", "replace")}
         for line, time, p, message in scan_log(data, table, not_kernel)
     ]
@@ -122,6 +125,16 @@ def _table(config: str | None) -> Table:
 
 
 def cmd_scan_log(args: argparse.Namespace) -> int:
+    if args.to_toml:
+        from ..kernel.npd import NpdError, to_toml
+
+        if not args.patterns:
+            raise UsageError("--to-toml: expected --patterns FILE (the kernel-monitor.json to convert)")
+        try:
+            sys.stdout.write(to_toml(_read(args.patterns)))
+        except NpdError as exc:
+            raise UsageError(f"{args.patterns}: {exc}") from None
+        return 0
     table = _table(args.config)
     if args.patterns:
         from ..kernel.npd import NpdError, with_rules

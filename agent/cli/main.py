@@ -108,7 +108,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_selftest(args: argparse.Namespace) -> int:
     from .. import logs, selftest
-    from ..registry import CATALOG, CHECKS, FINDING_SOURCES
+    from ..registry import CHECKS, FINDING_SOURCES, catalog_for
     from ..runtime import build_checks, load_config, pods_once, state_dir
     from ..scheduler import Scheduler
     from ..statedir import read_only_process
@@ -119,7 +119,7 @@ def cmd_selftest(args: argparse.Namespace) -> int:
     logs.setup(args.log_level or "warning", cfg.agent.log_format)
     only = _only_checks(args.only, CHECKS, FINDING_SOURCES)
     store = Store()
-    sched = Scheduler(store, CATALOG)
+    sched = Scheduler(store, catalog_for(cfg.checks))
     # A selftest looks and changes nothing (no rules installed, no state written); a check that reads the
     # node's pods gets them from one LIST (no watch), where a cluster is configured.
     pods = pods_once(cfg, only=only)

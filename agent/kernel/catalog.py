@@ -13,6 +13,8 @@ seconds after the last match, or until the node reboots (`hold` None).
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from ..catalog import Catalog, MetricSpec, Reason
@@ -20,7 +22,10 @@ from ..findings import Severity
 
 _CRIT, _WARN, _INFO = Severity.CRITICAL, Severity.WARNING, Severity.INFO
 MINUTE, HOUR = 60.0, 3600.0
-OPERATOR_REASON = "KernelLogPattern"  # the reason of every pattern an operator adds in the config
+OPERATOR_REASON = "KernelLogPattern"  # the reason of a pattern an operator adds in the config without naming one
+# A reason an operator names: CamelCase (a capital, then letters and digits), as the built-ins and
+# node-problem-detector's reasons are; 64 characters at most (it is a condition reason and a taint value).
+REASON_NAME = re.compile(r"[A-Z][A-Za-z0-9]{1,63}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,14 +190,15 @@ PATTERNS: tuple[FaultPattern, ...] = (
        r"nvme nvme\d+: (?:Removing after probe failure|Device not ready; aborting|Disabling device after reset failure)",
        "An NVMe controller failed its reset and was removed: its namespaces are gone.", hold=None,
        screen=(('nvme nvme', 'Removing after probe failure'), ('nvme nvme', 'Device not ready; aborting'), ('nvme nvme', 'Disabling device after reset failure'))),
-    # block/blk-core.c blk_print_req_error ("%s error, dev %s, sector %llu ..."; older "blk_update_request: "),
+    # block/blk-core.c blk_print_req_error ("%s error, dev %s, sector %llu ..."; older "blk_update_request: ",
+    # 3.x kernels such as RHEL 7's 3.10 "end_request: "),
     # fs/buffer.c "Buffer I/O error on dev %pg, logical block %llu". The disk check counts SCSI ioerr_cnt
     # and ext4's error counter for its mounts; these lines cover every device (NVMe, virtio) and filesystem.
     _p("block_io_error", "BlockIOError", _WARN, "none",
-       r"(?:blk_update_request: )?(?:I/O|critical medium|critical target|critical nexus|recoverable transport|timeout)"
+       r"(?:blk_update_request: |end_request: )?(?:I/O|critical medium|critical target|critical nexus|recoverable transport|timeout)"
        r" error, dev \S+, sector \d+|Buffer I/O error on dev(?:ice)? \S+, ",
        "The block layer failed an I/O on a device (medium, transport or timeout error).",
-       screen=(('blk_update_request: ', ' error, dev '), ('I/O error, dev ', ''), ('critical ', ' error, dev '), ('recoverable transport error, dev ', ''), ('timeout error, dev ', ''), ('Buffer I/O error on dev', ''))),
+       screen=(('blk_update_request: ', ' error, dev '), ('end_request: ', ' error, dev '), ('I/O error, dev ', ''), ('critical ', ' error, dev '), ('recoverable transport error, dev ', ''), ('timeout error, dev ', ''), ('Buffer I/O error on dev', ''))),
     # fs/xfs/xfs_fsops.c xfs_do_force_shutdown: "Corruption of in-memory data (0x%x) detected ... Shutting down filesystem"
     _p("xfs_shutdown", "FilesystemShutdown", _CRIT, "drain_and_diagnose",
        r"XFS \(\S+\): .*(?:Shutting down filesystem|Filesystem has been shut down)",
@@ -325,7 +331,7 @@ def _r(name: str, severity: Severity, summary: str, action: str = "none", unknow
 
 REASONS: tuple[Reason, ...] = (
     *(_r(p.reason, p.severity, p.summary, p.action) for p in PATTERNS),
-    _r(OPERATOR_REASON, _WARN, "A pattern of checks.kernel.patterns matched; its severity and action are the ones configured."),
+    _r(OPERATOR_REASON, _WARN, "A pattern of checks.kernel.patterns that names no reason of its own matched; its severity and action are the ones configured."),
     _r("KernelLogUnavailable", _WARN, "The kernel log cannot be read; kernel faults are not seen.", unknown=True),
     _r("EdacUncorrectable", _CRIT, "An EDAC memory controller counted uncorrected memory errors this boot.", "drain_and_diagnose"),
     _r("EdacCorrectedRate", _WARN, "Corrected memory errors on a DIMM (or a controller) in 24 h at or above checks.kernel.edac_ce_per_day."),
@@ -354,3 +360,41 @@ METRICS: tuple[MetricSpec, ...] = (
 )
 
 CATALOG = Catalog.declare(REASONS, METRICS)
+# The reasons a pattern may take as its own: those of the table's patterns and KernelLogPattern. An
+# operator's pattern may name one of them (another wording of the same fault) or a reason of its own.
+PATTERN_REASONS = frozenset([*(p.reason for p in PATTERNS), OPERATOR_REASON])
+
+
+def reason_problem(reason: str) -> str | None:
+    """Why an operator's pattern cannot have `reason` (None: it can). The agent's other reasons are refused
+    by the config loader (`agent.config`), which knows every feature's."""
+    if not REASON_NAME.fullmatch(reason):
+        return f'expected a CamelCase reason of letters and digits, 2 to 64 characters, starting with a capital (e.g. "TaskHung"), got "{reason}"'
+    if reason in PATTERN_REASONS:
+        return None
+    taken = {r.lower(): r for r in CATALOG.reasons}
+    if reason.lower() in taken:
+        return f'expected a reason of its own or one of the fault table\'s; "{reason}" is (or differs only in case from) the agent\'s reason "{taken[reason.lower()]}"'
+    return None
+
+
+def operator_reasons(patterns: Sequence[FaultPattern]) -> tuple[Reason, ...]:
+    """The catalog entries of the reasons that `patterns` name and the kernel catalog lacks (an operator's):
+    family Kernel; per reason the worst severity of its patterns and that pattern's action (a finding
+    carries its own pattern's severity and action)."""
+    by_reason: dict[str, list[FaultPattern]] = {}
+    for p in patterns:
+        if p.reason not in CATALOG.reasons:
+            by_reason.setdefault(p.reason, []).append(p)
+    out = []
+    for reason, ps in by_reason.items():
+        worst = max(ps, key=lambda p: p.severity.rank)
+        names = ", ".join(p.name for p in ps)
+        out.append(_r(reason, worst.severity, f"An operator's pattern matched (checks.kernel.patterns: {names}).", worst.action))
+    return tuple(out)
+
+
+def with_reasons(extra: Iterable[Reason]) -> Catalog:
+    """The kernel catalog with an operator's reasons added."""
+    extra = tuple(extra)
+    return Catalog.merge(CATALOG, Catalog.declare(extra)) if extra else CATALOG

@@ -19,7 +19,7 @@ from typing import Any
 
 from ..findings import Finding, Sample
 from ..statedir import integer, number, obj, seq, text
-from .catalog import CATALOG, FaultPattern
+from .catalog import FaultPattern
 from .patterns import Table
 
 CHECK = "kernel-log"
@@ -83,7 +83,7 @@ class FaultTracker:
             if p is None:  # a pattern the operator removed since the state was saved
                 continue
             more = f" ({a.count} matches)" if a.count > 1 else ""
-            out.append(CATALOG.finding(CHECK, name, p.reason, f"{a.message}{more}", severity=p.severity, action=p.action))
+            out.append(self.table.catalog.finding(CHECK, name, p.reason, f"{a.message}{more}", severity=p.severity, action=p.action))
         return out
 
     def samples(self) -> list[Sample]:

@@ -7,8 +7,12 @@ NPD matches a rule's regular expression against the end of its log buffer
 ``.*?(?:pattern)\\s*\\Z``, matched from the start as the table does. A
 ``temporary`` rule (an event) becomes a warning held an hour; a
 ``permanent`` rule (a node condition) a critical finding held until the node
-reboots. Every converted pattern has the reason of an operator's pattern and
-the action ``none``: the agent acts on no rule it was not written for.
+reboots. Every converted pattern keeps the rule's own reason (``OOMKilling``,
+``TaskHung``): the condition's reason and the taint's value, as under NPD;
+the condition type is the agent's (``<prefix>KernelProblem``), whatever the
+rule's ``condition``. Its action is ``none``: the agent acts on no rule it was
+not written for. `to_toml` writes the rules as ``[checks.kernel.patterns.<name>]``
+tables an operator can paste into the config.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import json
 import re
 
 from ..findings import Severity
-from .catalog import HOUR, OPERATOR_REASON, PATTERNS, FaultPattern
+from .catalog import HOUR, PATTERNS, FaultPattern, reason_problem
 from .patterns import Table, check_regex
 
 
@@ -54,6 +58,9 @@ def patterns(data: bytes) -> list[FaultPattern]:
             raise NpdError(f'rules[{i}].type: expected "temporary" or "permanent", got {json.dumps(kind)}')
         if not isinstance(reason, str) or not reason:
             raise NpdError(f"rules[{i}].reason: expected a name, got {json.dumps(reason)}")
+        problem = reason_problem(reason)
+        if problem:
+            raise NpdError(f"rules[{i}].reason: {problem}")
         if not isinstance(pattern, str) or not pattern:
             raise NpdError(f"rules[{i}].pattern: expected a regular expression, got {json.dumps(pattern)}")
         converted = rf".*?(?:{pattern})\s*\Z"
@@ -62,7 +69,7 @@ def patterns(data: bytes) -> list[FaultPattern]:
             raise NpdError(f"rules[{i}].pattern: {problem}")
         permanent = kind == "permanent"
         out.append(FaultPattern(
-            _name(reason, taken), OPERATOR_REASON, Severity.CRITICAL if permanent else Severity.WARNING, "none",
+            _name(reason, taken), reason, Severity.CRITICAL if permanent else Severity.WARNING, "none",
             converted, hold=None if permanent else HOUR,
             summary=f"node-problem-detector {kind} rule {reason}" + (f" (condition {rule['condition']})" if rule.get("condition") else ""),
         ))
@@ -73,3 +80,24 @@ def with_rules(table: Table, data: bytes) -> Table:
     """`table` with a kernel-monitor.json's rules added after its patterns (a message both
     match keeps the table's verdict, as an operator's pattern does)."""
     return Table([*table.patterns, *patterns(data)])
+
+
+def to_toml(data: bytes) -> str:
+    """The rules of a kernel-monitor.json as ``[checks.kernel.patterns.<name>]`` tables (the agent's
+    config), in file order, each with a comment naming its rule. Raises NpdError."""
+    out = []
+    for p in patterns(data):
+        hold = "boot" if p.hold is None else "1h"
+        out.append(
+            f"# {re.sub(r'[^ -~]', '?', p.summary)}\n[checks.kernel.patterns.{p.name}]\n"
+            f"pattern = {_toml_str(p.pattern)}\nreason = {_toml_str(p.reason)}\n"
+            f'severity = "{p.severity.value}"\naction = "{p.action}"\nhold = "{hold}"\n'
+        )
+    return "\n".join(out)
+
+
+def _toml_str(text: str) -> str:
+    """A TOML literal string when it can be one (a regex reads as written), else a basic string."""
+    if "'" not in text and "\n" not in text and all(" " <= c != "\x7f" or c == "\t" for c in text):
+        return f"'{text}'"
+    return json.dumps(text)  # JSON's escapes are TOML's for these characters

@@ -23,9 +23,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from .. import native
+from ..catalog import Catalog
 from ..findings import Severity
 from ..parsers.kscreen import spec
-from .catalog import OPERATOR_REASON, PATTERNS, FaultPattern
+from .catalog import OPERATOR_REASON, PATTERNS, FaultPattern, operator_reasons, with_reasons
 
 NAME = re.compile(r"[a-z0-9_]{1,64}")
 
@@ -66,6 +67,8 @@ class Table:
     def __init__(self, patterns: Sequence[FaultPattern]) -> None:
         self.patterns = tuple(patterns)
         self.by_name = {p.name: p for p in self.patterns}
+        # the kernel catalog and the reasons an operator's patterns name: what the findings are made by
+        self.catalog: Catalog = with_reasons(operator_reasons(self.patterns))
         self._each = [(re.compile(p.pattern.encode()), p) for p in self.patterns]
         # (announcing line, the pattern, the message it claims after it): see FaultPattern.prelude
         self._preludes = [(re.compile(p.prelude.encode()), p, re.compile(p.then.encode()) if p.then else None)
@@ -171,7 +174,7 @@ def build(
 ) -> Table:
     """The built-in table with `disabled` names dropped and `overrides` (name,
     fields) applied: a built-in's name changes its fields, a new name adds a
-    pattern (reason `KernelLogPattern`) after the built-in ones. Raises
+    pattern (reason `KernelLogPattern` unless it names one) after the built-in ones. Raises
     PatternError for a bad regex or a new pattern without one."""
     off = set(disabled)
     table = [p for p in PATTERNS if p.name not in off]
@@ -189,9 +192,10 @@ def build(
         if not fields.get("pattern"):
             raise PatternError(f'expected a "pattern" for "{name}", which is not a built-in pattern')
         kw = {k: v for k, v in fields.items() if k != "pattern"}
+        kw.setdefault("reason", OPERATOR_REASON)
         kw.setdefault("severity", Severity.WARNING)
         kw.setdefault("action", "none")
-        table.append(FaultPattern(name, OPERATOR_REASON, pattern=str(fields["pattern"]), summary="", **kw))  # type: ignore[arg-type]
+        table.append(FaultPattern(name, pattern=str(fields["pattern"]), summary="", **kw))  # type: ignore[arg-type]
     return Table(table)
 
 
@@ -204,7 +208,9 @@ DEFAULT = Table(PATTERNS)
 # a syslog / journal head ("<stamp> host kernel: ": syslog's "Nov 25 10:00:01" (journalctl's
 # short and short-precise with microseconds), ISO time (short-iso, rsyslog's RFC 3339),
 # short-full's "Tue 2026-11-25 10:00:01 UTC", short-monotonic's "[  123.456789]"), dmesg's
-# --time-format iso stamp and dmesg's bracket ("[  123.456789] ", "[Tue Nov 25 10:00:01 2026] ").
+# --time-format iso stamp and dmesg's bracket ("[  123.456789] ", "[Tue Nov 25 10:00:01 2026] "), with
+# the caller's id a kernel built with CONFIG_PRINTK_CALLER adds after it ("[  123.456789][  T896] ": task 896,
+# "[C3]": CPU 3 in interrupt context).
 # A bracket holds a digit: a message of its own that starts with one ("[Hardware Error]: ...") is kept.
 _LINE = re.compile(
     rb"^(?:\d{1,19},\d{1,19},(?P<usec>\d{1,19})(?:,[^;]*)?;)?"
@@ -213,7 +219,7 @@ _LINE = re.compile(
     rb"(?:(?P<syslog>[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d(?:\.\d{1,9})?|\d{4}-\d\d-\d\dT\S+"
     rb"|[A-Z][a-z]{2} \d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d{1,9})? [A-Z0-9+-]{1,6}|\[ *\d{1,12}\.\d{1,9}\]) \S+ kernel: )?"
     rb"(?:(?P<iso>\d{4}-\d\d-\d\dT\S+) )?"
-    rb"(?:\[(?P<bracket>[^\]\d]{0,39}\d[^\]]{0,39})\] ?)?"
+    rb"(?:\[(?P<bracket>[^\]\d]{0,39}\d[^\]]{0,39})\](?:\[ *[TC]\d{1,10}\])? ?)?"
 )
 
 

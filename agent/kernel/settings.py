@@ -7,9 +7,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
+from ..catalog import Reason
 from ..findings import ACTIONS, Severity
 from ..schema import CheckConfig, opt, parse_duration
-from .catalog import PATTERNS
+from .catalog import PATTERNS, operator_reasons, reason_problem
 from .patterns import NAME, PatternError, Table, build, check_regex
 
 SEVERITIES = ("info", "warning", "critical")
@@ -32,6 +33,10 @@ class PatternConfig:
     changes to the built-in pattern of that name (unset keys keep its values)."""
 
     pattern: str = opt("", "Regular expression (Python syntax) matched at the start of a kernel message.")
+    reason: str = opt(
+        "", 'Reason of the finding, CamelCase (e.g. "TaskHung"): the node condition\'s reason and the taint\'s value; '
+        'a reason of the fault table or one of its own (new patterns: "KernelLogPattern").'
+    )
     severity: str = opt("", 'Severity of the finding: "info", "warning" or "critical" (new patterns: warning).')
     action: str = opt("", 'Recommended action: none, restart_app, reset_gpu, reboot, drain_and_diagnose, rma (new patterns: none).')
     threshold: int = opt(0, "Matches within window that raise the finding (new patterns: 1).", min=0)
@@ -42,6 +47,8 @@ class PatternConfig:
         out: dict[str, object] = {}
         if self.pattern:
             out["pattern"] = self.pattern
+        if self.reason:
+            out["reason"] = self.reason
         if self.severity:
             out["severity"] = Severity(self.severity)
         if self.action:
@@ -67,8 +74,8 @@ class KernelConfig(CheckConfig):
     disable: tuple[str, ...] = opt((), "Built-in patterns not to match (by name, e.g. \"memcg_oom_kill\").")
     patterns: Mapping[str, PatternConfig] = opt(
         MappingProxyType({}),
-        "Patterns added, or built-in ones changed, by name: [checks.kernel.patterns.<name>] with pattern, severity, "
-        "action, threshold, window, hold.",
+        "Patterns added, or built-in ones changed, by name: [checks.kernel.patterns.<name>] with pattern, reason, "
+        "severity, action, threshold, window, hold.",
     )
     edac: bool = opt(True, "Read the EDAC memory-error counts (/sys/devices/system/edac/mc).")
     edac_ce_per_day: float = opt(
@@ -88,6 +95,17 @@ class KernelConfig(CheckConfig):
     def table(self) -> Table:
         return build(((name, p.fields()) for name, p in self.patterns.items()), self.disable)
 
+    def reasons(self) -> list[tuple[str, Reason]]:
+        """The reasons the operator's patterns name that the kernel catalog lacks, each with the key of
+        the first pattern naming it (`agent.registry.configured_reasons`)."""
+        if not any(p.reason for p in self.patterns.values()):
+            return []
+        first: dict[str, str] = {}
+        for name, p in self.patterns.items():
+            if p.reason:
+                first.setdefault(p.reason, f"patterns.{name}.reason")
+        return [(first[r.name], r) for r in operator_reasons(self.table().patterns)]
+
 
 def _entry(name: str, p: PatternConfig) -> tuple[str, str] | None:
     if not NAME.fullmatch(name):
@@ -98,6 +116,10 @@ def _entry(name: str, p: PatternConfig) -> tuple[str, str] | None:
         problem = check_regex(p.pattern)
         if problem:
             return "pattern", problem
+    if p.reason:
+        problem = reason_problem(p.reason)
+        if problem:
+            return "reason", problem
     if p.severity and p.severity not in SEVERITIES:
         return "severity", f'expected one of "info", "warning", "critical", got "{p.severity}"'
     if p.action and p.action not in ACTIONS:

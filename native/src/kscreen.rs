@@ -23,7 +23,7 @@ use crate::scan::{find_byte, find_either, line_end};
 /// letters by their frequency (`v` is common: device, veth, nvidia, driver),
 /// then punctuation, the upper-case letters of a GPU node's usual words (NVRM,
 /// PCI, GPU, SXid, ...), then the rest. A needle is looked for by its rarest
-/// byte, eight bytes at a time, so that the search seldom stops (a needle of
+/// byte, 16 bytes at a time (`scan::find_byte`), so that the search seldom stops (a needle of
 /// lower-case words stops at every `e` or `a` when looked for by its first byte).
 fn rarity(b: u8) -> u8 {
     const LOWER: &[u8] = b"etaoinsrclduhmpvgfbxwykjqz"; // most common first
@@ -46,19 +46,12 @@ fn rarest(needle: &[u8]) -> (usize, usize) {
     (order.first().copied().unwrap_or(0), order.get(1).or(order.first()).copied().unwrap_or(0))
 }
 
-/// The set of the bytes of `msg`.
-#[inline]
-fn bytes_of(msg: &[u8]) -> [u64; 4] {
-    let mut set = [0u64; 4];
-    for &b in msg {
-        set[(b >> 6) as usize] |= 1 << (b & 63);
-    }
-    set
-}
-
-#[inline]
-fn has(set: &[u64; 4], b: u8) -> bool {
-    set[(b >> 6) as usize] & (1 << (b & 63)) != 0
+/// The first eight bytes of `prefix` (fewer: zero-padded) as a little-endian word, and the mask of those present.
+fn head_word(prefix: &[u8]) -> (u64, u64) {
+    let n = prefix.len().min(8);
+    let mut b = [0u8; 8];
+    b[..n].copy_from_slice(&prefix[..n]);
+    (u64::from_le_bytes(b), if n == 8 { u64::MAX } else { (1u64 << (8 * n)) - 1 })
 }
 
 /// Whether `hay` holds `needle`, found by its byte at `k` (its rarest).
@@ -87,7 +80,11 @@ type Entry<'a> = (&'a [u8], &'a [u8], (usize, usize));
 /// The screen's entries, by the first byte of their prefix; those without a prefix apart.
 pub struct Screen<'a> {
     entries: Vec<Entry<'a>>,
-    by_first: Vec<Vec<usize>>,
+    /// Per entry, its prefix's first eight bytes (fewer: zero-padded) as a word, and the mask of those bytes.
+    heads: Vec<(u64, u64)>,
+    /// Per first byte, the entries whose prefix starts with it, in screen order, each with whether its
+    /// prefix is the previous one's in the list (many share `mlx5_core `, `nvme nvme`: compared once).
+    by_first: Vec<Vec<(usize, bool)>>,
     anywhere: Vec<usize>,
     /// The rarest bytes of the entries without a prefix, when there are one or two
     /// distinct ones: a message that holds neither skips them all in one pass.
@@ -107,11 +104,15 @@ impl<'a> Screen<'a> {
                 entries.push((prefix, needle, rarest(needle)));
             }
         }
-        let mut by_first: Vec<Vec<usize>> = vec![Vec::new(); 256];
+        let mut by_first: Vec<Vec<(usize, bool)>> = vec![Vec::new(); 256];
         let mut anywhere = Vec::new();
         for (k, (prefix, needle, _)) in entries.iter().enumerate() {
             match prefix.first() {
-                Some(&b) => by_first[b as usize].push(k),
+                Some(&b) => {
+                    let list = &mut by_first[b as usize];
+                    let same = list.last().is_some_and(|&(j, _)| entries[j].0 == *prefix);
+                    list.push((k, same));
+                }
                 None if !needle.is_empty() => anywhere.push(k),
                 None => {}
             }
@@ -124,27 +125,41 @@ impl<'a> Screen<'a> {
             [a, b] => Some((a, b)),
             _ => None,
         };
-        Screen { entries, by_first, anywhere, rare }
+        let heads = entries.iter().map(|&(prefix, _, _)| head_word(prefix)).collect();
+        Screen { entries, heads, by_first, anywhere, rare }
     }
 
     /// The index of the first entry that accepts `msg`, if one does.
     #[inline]
     pub fn entry(&self, msg: &[u8]) -> Option<usize> {
         let &b = msg.first()?;
-        // The bytes of a message that starts with a prefix, once: most needles behind it are
-        // then refused by their two rarest bytes without a search (many share `mlx5_core `).
-        let mut set: Option<[u64; 4]> = None;
-        let head = self.by_first[b as usize].iter().copied().find(|&k| {
-            let (prefix, needle, (r1, r2)) = self.entries[k];
-            if !msg.starts_with(prefix) {
-                return false;
+        let word = msg.get(..8).map(|w| u64::from_le_bytes(w.try_into().unwrap_or([0; 8])));
+        let mut starts = false; // whether `msg` starts with the prefix of the entry before in the list
+        let mut head = None;
+        for &(k, same) in &self.by_first[b as usize] {
+            let (prefix, needle, (r1, _)) = self.entries[k];
+            if !same {
+                // one compare of a word refuses almost every prefix; a longer one is compared past it
+                starts = match word {
+                    Some(w) => {
+                        let (v, m) = self.heads[k];
+                        w & m == v && (prefix.len() <= 8 || msg[8..].starts_with(&prefix[8..]))
+                    }
+                    None => msg.starts_with(prefix),
+                };
+            }
+            if !starts {
+                continue;
             }
             if needle.is_empty() {
-                return true;
+                head = Some(k);
+                break;
             }
-            let set = set.get_or_insert_with(|| bytes_of(&msg[prefix.len()..]));
-            has(set, needle[r1]) && has(set, needle[r2]) && holds(&msg[prefix.len()..], needle, r1)
-        });
+            if holds(&msg[prefix.len()..], needle, r1) {
+                head = Some(k);
+                break;
+            }
+        }
         let before = head.unwrap_or(usize::MAX); // an entry without a prefix wins only from before it
         if let Some((a, b)) = self.rare {
             if find_either(a, b, msg).is_none() {

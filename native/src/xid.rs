@@ -6,6 +6,7 @@
 //! strings (pci as printed, pid as printed, name, MIG suffix, message, time).
 
 use crate::ffi::Out;
+use crate::scan::find_byte;
 use crate::text::{fields, is_ws, parse_u64, trim};
 
 pub const KIND_XID: u64 = 1;
@@ -122,32 +123,16 @@ fn rtrim(s: &[u8]) -> &[u8] {
     &s[..end]
 }
 
-const LO: u64 = 0x0101_0101_0101_0101;
-const HI: u64 = 0x8080_8080_8080_8080;
-
-/// Whether any byte of `w` equals `b` (the "has zero byte" trick on `w ^ b…b`).
-#[inline]
-fn has_byte(w: u64, b: u8) -> bool {
-    let x = w ^ (LO * u64::from(b));
-    (x.wrapping_sub(LO) & !x & HI) != 0
-}
-
-/// First occurrence of `n` in `h`: eight bytes at a time for the first byte,
-/// then a compare. This runs over every byte of every line, and the markers
+/// First occurrence of `n` in `h`: its first byte found by `scan::find_byte`
+/// (16 bytes at a time on x86_64), then a compare. This runs over every byte of every line, and the markers
 /// start with upper-case letters that are rare in kernel text.
 pub(crate) fn find(h: &[u8], n: &[u8]) -> Option<usize> {
     let (&first, rest) = n.split_first()?;
     let end = h.len().checked_sub(n.len())? + 1; // candidate starts are < end
     let mut i = 0;
     while i < end {
-        if i + 8 <= end {
-            let w = u64::from_le_bytes(h[i..i + 8].try_into().unwrap_or([0; 8]));
-            if !has_byte(w, first) {
-                i += 8;
-                continue;
-            }
-        }
-        if h[i] == first && &h[i + 1..i + n.len()] == rest {
+        i += find_byte(first, &h[i..end])?;
+        if &h[i + 1..i + n.len()] == rest {
             return Some(i);
         }
         i += 1;

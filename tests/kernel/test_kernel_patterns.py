@@ -187,6 +187,7 @@ FORMATS = {
     "dmesg": "[   66.{n:06d}] {m}",
     "dmesg -t": "{m}",
     "dmesg -T": "[Sat Nov 28 10:00:{s:02d} 2026] {m}",
+    "dmesg, CONFIG_PRINTK_CALLER": "[   66.{n:06d}][  T{n}] {m}",
     "dmesg -x": "kern  :err   : [   66.{n:06d}] {m}",
     "dmesg -r": "<3>[   66.{n:06d}] {m}",
     "dmesg --time-format iso": "2026-11-28T10:00:{s:02d},123456+00:00 {m}",
