@@ -96,6 +96,7 @@ class GpuPoller:
             self.state.ignored(POLL_STATE, f"kept in boot {state['boot'][:64]!r}, this is boot {boot[:64]!r}")
         if state is None or state["boot"] != boot:
             state = {"boot": boot, "gpus": {}, "seen": [], "hung": {}}
+            self._written = None  # missing, unreadable or another boot's: written again whatever it holds
         nv, why = self._init(b, state)
         if nv is None and why and not bus and os.path.isdir(self.paths.sys("bus/pci/devices")):
             # No NVML and no NVIDIA GPU on a bus that can be read: no process can be stuck on one. The /proc

@@ -256,3 +256,14 @@ def test_without_nvml_or_a_gpu_on_the_bus_there_is_no_process_walk_and_no_rewrit
     obs = check.run()
     assert scans == [1]
     assert ("gpus", "GpuProcessStuck") in found(obs)
+
+
+def test_a_poll_state_removed_behind_the_agent_is_written_again(gpu_context, tmp_path) -> None:
+    ctx, cfg = gpu_context("xid_events = false\n", lib=str(tmp_path / "no-libnvidia-ml.so.1"))
+    check = GpuCheck(ctx, cfg)
+    check.run()
+    path = os.path.join(ctx.state_dir, "gpu-poll.json")
+    assert os.path.exists(path)
+    os.unlink(path)
+    check.run()
+    assert os.path.exists(path)
