@@ -228,6 +228,8 @@ class XidSource:
             if changed:
                 self._save(force=True)
                 self._publish()
+        if changed and self._kmsg:
+            kmsg_follower.kick(self._kmsg)  # a new hold may end before the follower's current wait does
 
     def gpu_reset(self, reset: resets.Reset) -> None:
         """The ladder verified a reset of a GPU (agent.gpu.resets tells, on the ladder's thread)."""

@@ -114,3 +114,21 @@ def test_the_kernel_fault_tracker_is_next_due_when_its_first_hold_ends() -> None
     assert t.next_expiry() == 400.0
     del t.active["c"]
     assert t.next_expiry() == 700.0
+
+
+@pytest.mark.privileged
+def test_a_kick_makes_the_follower_ask_for_due_times_again(kmsg: str) -> None:
+    """The Xid source adds findings with a hold from the NVML thread: kick() ends the current wait."""
+    sub = Sub(None)
+    kmsg_follower.subscribe(kmsg, sub)
+    follower = kmsg_follower._followers[kmsg]
+    try:
+        wait_for(lambda: sub.calls and not follower._subs[0].backlog, what="caught up")
+        n = len(sub.calls)
+        sub.due = time.monotonic()
+        kmsg_follower.kick(kmsg)  # without it the follower would sleep on for WAIT_MAX
+        wait_for(lambda: len(sub.calls) > n, what="a call after the kick", timeout=10)
+        sub.due = None
+    finally:
+        kmsg_follower.unsubscribe(kmsg, sub)
+    kmsg_follower.kick(kmsg)  # no follower any more: nothing happens
