@@ -289,12 +289,12 @@ class Kmsg:
             # again only after twice as many lines (linear in a file of them)
             enough = 2 * lines
 
-    def wait(self, timeout: float) -> None:
-        """Until something may be readable, or `timeout`. A regular file or a
-        FIFO without a writer is always "readable" to select(), so those are
-        polled every `FILE_POLL` seconds instead (followed like ``tail -f``)."""
+    def wait(self, timeout: float, wake: int = -1) -> None:
+        """Until something may be readable, `wake` (a pipe's read end, when given) is readable, or
+        `timeout`. A regular file or a FIFO without a writer is always "readable" to select(), so
+        those are polled every `FILE_POLL` seconds instead (followed like ``tail -f``)."""
         if self.records_mode:
-            select.select([self.fd], [], [], timeout)
+            select.select([self.fd] if wake < 0 else [self.fd, wake], [], [], timeout)
         else:
             time.sleep(min(timeout, FILE_POLL))
 

@@ -21,11 +21,18 @@ same pass (`RecordBatch.screened`).
 
 Everything a subscriber is given runs on the follower's thread; a subscriber
 that raises is logged (once per kind of error) and the others go on.
+
+Wake-ups (issue 29): between records the thread blocks in select() on the log
+and on a wake pipe (a new subscriber, a stop), until the earliest time a
+subscriber asked to be called without records (``kmsg_next_due``: a finding's
+hold ends, a cursor save is due), at the latest `WAIT_MAX`. A subscriber
+without ``kmsg_next_due`` is called every `WAIT`, as all were before.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -39,7 +46,9 @@ log = logging.getLogger(__name__)
 # GIL gets it at once instead of after the switch interval, over and over.
 STORM_YIELD = 0.001
 RETRY_OPEN = 30.0  # seconds between attempts to open a log that cannot be opened
-WAIT = 1.0  # the longest wait for new records; subscribers are called at least this often
+WAIT = 1.0  # a subscriber without kmsg_next_due is called at least this often
+WAIT_MAX = 60.0  # the longest wait for new records when every subscriber says when it is next due
+WAIT_MIN = 0.05  # the shortest: a due time in the past (a subscriber's bug) cannot make the thread spin
 
 
 class Subscriber(Protocol):
@@ -52,9 +61,13 @@ class Subscriber(Protocol):
         ...
 
     def kmsg_records(self, records: Sequence[Record], backlog: bool) -> None:
-        """The next records (maybe none: called at least every `WAIT` seconds),
+        """The next records (maybe none: called when the subscriber is due, see below),
         a `RecordBatch` or (after a reopen, in a file without sequence numbers) a list.
-        `backlog`: they were in the ring before this subscriber caught up."""
+        `backlog`: they were in the ring before this subscriber caught up.
+
+        Optional: ``kmsg_next_due() -> float | None``, the `time.monotonic()` time at which the
+        subscriber wants ``kmsg_records`` called even if no record comes (None: only for records);
+        asked after every call. Without it: every `WAIT` seconds."""
         ...
 
 
@@ -75,14 +88,18 @@ class Follower:
         self._stop = threading.Event()
         self._reopen = False
         self._thread: threading.Thread | None = None
+        self._wake_r = self._wake_w = -1  # a pipe while the thread runs; closed by the thread, under _lock
 
     def add(self, sub: Subscriber) -> None:
         with self._lock:
             self._subs.append(_Sub(sub))
             self._reopen = self._thread is not None
             if self._thread is None:
+                self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
                 self._thread = threading.Thread(target=self._run, name="kmsg", daemon=True)
                 self._thread.start()
+            else:
+                self._wake()
 
     def remove(self, sub: Subscriber) -> bool:
         """True when it was the last subscriber: the thread is stopped."""
@@ -91,25 +108,46 @@ class Follower:
             if self._subs:
                 return False
             self._stop.set()
+            self._wake()
             thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(2.0)
         return True
 
+    def kick(self) -> None:
+        """Ask the subscribers for their due times again now (one was changed from another thread)."""
+        with self._lock:
+            self._wake()
+
+    def _wake(self) -> None:
+        """Under `_lock`: make the thread's wait return (a full pipe already will)."""
+        if self._wake_w >= 0:
+            try:
+                os.write(self._wake_w, b"!")
+            except BlockingIOError:
+                pass
+
     def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                k = Kmsg(self.path)
-            except KmsgError as exc:
-                log.debug("kernel log: %s", exc)
-                for s in self._current():
-                    self._call(s, s.sub.kmsg_failed, exc)
-                self._stop.wait(RETRY_OPEN)
-                continue
-            try:
-                self._read(k)
-            finally:
-                k.close()
+        try:
+            while not self._stop.is_set():
+                try:
+                    k = Kmsg(self.path)
+                except KmsgError as exc:
+                    log.debug("kernel log: %s", exc)
+                    for s in self._current():
+                        self._call(s, s.sub.kmsg_failed, exc)
+                    self._stop.wait(RETRY_OPEN)
+                    continue
+                try:
+                    self._read(k)
+                finally:
+                    k.close()
+        finally:
+            with self._lock:
+                for fd in (self._wake_r, self._wake_w):
+                    if fd >= 0:
+                        os.close(fd)
+                self._wake_r = self._wake_w = -1
 
     def _current(self) -> list[_Sub]:
         with self._lock:
@@ -135,9 +173,34 @@ class Follower:
                 if caught_up:
                     s.backlog = False
             if caught_up:
-                k.wait(WAIT)
+                k.wait(self._timeout(subs), self._wake_r)
+                self._drain_wake()
             else:  # a storm: read on, but give the GIL away once a batch, so /metrics is served meanwhile
                 time.sleep(STORM_YIELD)
+
+    def _timeout(self, subs: list[_Sub]) -> float:
+        """Seconds until the earliest subscriber is due (`WAIT` for one that does not say)."""
+        now = time.monotonic()
+        wait = WAIT_MAX
+        for s in subs:
+            next_due = getattr(s.sub, "kmsg_next_due", None)
+            if next_due is None:
+                wait = min(wait, WAIT)
+                continue
+            try:
+                due = next_due()
+            except Exception:  # noqa: BLE001 - a subscriber's bug: called as often as before
+                due = now + WAIT
+            if due is not None:
+                wait = min(wait, due - now)
+        return max(wait, WAIT_MIN)
+
+    def _drain_wake(self) -> None:
+        try:
+            while os.read(self._wake_r, 64):
+                pass
+        except OSError:  # empty (EAGAIN)
+            pass
 
     def _give(self, s: _Sub, records: Sequence[Record]) -> None:
         mine: Sequence[Record] = records
@@ -184,6 +247,15 @@ def unsubscribe(path: str, sub: Subscriber) -> None:
             return
         if f.remove(sub):
             del _followers[path]
+
+
+def kick(path: str) -> None:
+    """A subscriber of `path` changed its due time from another thread (a finding with a hold added by
+    the NVML event thread): the follower asks again at once, instead of after its current wait."""
+    with _registry_lock:
+        f = _followers.get(path)
+    if f is not None:
+        f.kick()
 
 
 def readers() -> int:

@@ -80,6 +80,10 @@ class Scheduler:
             known[name] = own + (tuple(known_fn()) if known_fn else ())
         self._store.set_checks(entries, known)
 
+    def first_pass_done(self) -> bool:
+        """Every configured check has finished (or timed out in) its first run since `configure`."""
+        return all(e.completed_once or (e.running is not None and e.running.timed_out) for e in self._entries.values())
+
     def call_soon(self, fn: Callable[[], None]) -> None:
         """Run `fn` on the loop thread as soon as possible (thread-safe)."""
         self._q.put(("call", fn))

@@ -67,13 +67,17 @@ def free_port() -> int:
 
 
 @contextmanager
-def running_agent(config: str | None, timeout: float = 60.0) -> Iterator[Agent]:
-    """`agent run` on a free loopback port with a throwaway state dir, up (/healthz 200) when yielded."""
+def running_agent(config: str | None, timeout: float = 60.0, root: str | None = None) -> Iterator[Agent]:
+    """`agent run` on a free loopback port with a throwaway state dir, up (/healthz 200) when yielded.
+    `root`: the agent of another checkout (first on PYTHONPATH, and the working directory)."""
     port = free_port()
+    env = None
+    if root:
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p))
     with tempfile.TemporaryDirectory(prefix="nha-bench-") as state:
         cmd = [sys.executable, "-m", "agent", "run", "--listen", f"127.0.0.1:{port}", "--state-dir", state]
         cmd += ["--log-format", "json", "--log-level", "warning"] + (["--config", config] if config else [])
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, cwd=root)
         agent = Agent(proc.pid, f"http://127.0.0.1:{port}")
         try:
             deadline = time.monotonic() + timeout

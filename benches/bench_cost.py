@@ -9,6 +9,10 @@ Every process is scraped every --scrape-interval seconds. CPU is utime + stime f
 (CPU-seconds the process used, not wall time: waiting for a CPU on a loaded machine does not count);
 RSS is VmRSS at the end. A feature's cost is "defaults" minus "defaults without it".
 
+--baseline DIR adds "<variant> @ baseline" for each variant: the same config run by the agent of another
+checkout (say `git archive <commit> | tar -x -C DIR`, with agent/_native copied in), in the same window,
+for before/after figures.
+
 The processes run side by side, so --runs N repeats the whole window N times (the table gives each
 run). With --threads, the agent of the defaults reports each long-lived thread (named through
 benches/_threadnames.py, loaded as sitecustomize): wake-ups per second (voluntary context switches)
@@ -120,7 +124,7 @@ class NodeExporter:
 
 
 def one_run(configs: dict[str, str | None], exporter: str | None, seconds: float, warmup: float, scrape: float,
-            with_threads: bool) -> dict[str, Any]:
+            with_threads: bool, roots: dict[str, str] | None = None) -> dict[str, Any]:
     with ExitStack() as stack:
         procs: dict[str, Any] = {}
         if exporter:
@@ -128,7 +132,7 @@ def one_run(configs: dict[str, str | None], exporter: str | None, seconds: float
             stack.callback(ne.close)
             procs["node_exporter"] = ne
         for name, cfg in configs.items():
-            procs[name] = stack.enter_context(running_agent(cfg, timeout=180))
+            procs[name] = stack.enter_context(running_agent(cfg, timeout=180, root=(roots or {}).get(name)))
         time.sleep(warmup)
         cpu0 = {n: proc_cpu(p.pid) for n, p in procs.items()}
         kids0 = {n: proc_cpu(p.pid, children=True) for n, p in procs.items()}
@@ -168,6 +172,7 @@ def main() -> int:
     ap.add_argument("--threads", action="store_true", help="wake-ups and CPU of each long-lived thread of the defaults")
     ap.add_argument("--node-exporter", default=shutil.which("node_exporter") or shutil.which("prometheus-node-exporter"),
                     help="node_exporter binary (default: from PATH)")
+    ap.add_argument("--baseline", metavar="DIR", help="also run each variant from the checkout in DIR, side by side")
     ap.add_argument("--json", action="store_true", help="one JSON object instead of tables")
     args = ap.parse_args()
     if args.threads:
@@ -180,7 +185,12 @@ def main() -> int:
         configs = variants(tmp, not args.no_kube)
         if args.only:
             configs = {k: v for k, v in configs.items() if k == "defaults" or k in args.only}
-        runs = [one_run(configs, args.node_exporter, args.seconds, args.warmup, args.scrape_interval, args.threads)
+        roots = {}
+        if args.baseline:  # each variant again, from the other checkout
+            for name, cfg in list(configs.items()):
+                configs[f"{name} @ baseline"] = cfg
+                roots[f"{name} @ baseline"] = os.path.abspath(args.baseline)
+        runs = [one_run(configs, args.node_exporter, args.seconds, args.warmup, args.scrape_interval, args.threads, roots)
                 for _ in range(args.runs)]
     if args.json:
         print(json.dumps({"runs": runs}, indent=2))
@@ -199,7 +209,9 @@ def main() -> int:
         ratio = ", ".join(f"{r['procs'][n]['cpu_s'] / r['procs']['node_exporter']['cpu_s']:.2f}"
                           if "node_exporter" in r["procs"] and r["procs"]["node_exporter"]["cpu_s"] else "-" for r in runs)
         cost = ""
-        if n.startswith("without "):
+        if n.endswith("@ baseline"):
+            pass  # compare it with its own variant's row
+        elif n.startswith("without "):
             d_cpu = (sum(base["cpu"]) - sum(c / r["window_s"] for c, r in zip(cpu, runs, strict=True))) / len(runs) * 100
             cost = f"{d_cpu:+.3f} / {base['rss'] - rss:+.1f}"
         elif n.startswith("defaults +"):

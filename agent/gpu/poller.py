@@ -14,7 +14,9 @@ for the Xid source.
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 from functools import partial
 from types import ModuleType
 from typing import Any
@@ -81,6 +83,7 @@ class GpuPoller:
         self.reader: Reader | None = None  # made with the NVML session
         self.stuck = StuckTracker()
         self.fabric_reported = False  # a GPU reported its NVLink fabric state at the last poll
+        self._written: str | None = None  # the poll state as last written
 
     def poll(self, b: ObservationBuilder, now: float) -> dict[str, int]:
         """Polls every GPU; returns PCI address → NVML index of those that answered."""
@@ -93,8 +96,15 @@ class GpuPoller:
             self.state.ignored(POLL_STATE, f"kept in boot {state['boot'][:64]!r}, this is boot {boot[:64]!r}")
         if state is None or state["boot"] != boot:
             state = {"boot": boot, "gpus": {}, "seen": [], "hung": {}}
-        self._stuck_processes(b)
+            self._written = None  # missing, unreadable or another boot's: written again whatever it holds
         nv, why = self._init(b, state)
+        if nv is None and why and not bus and os.path.isdir(self.paths.sys("bus/pci/devices")):
+            # No NVML and no NVIDIA GPU on a bus that can be read: no process can be stuck on one. The /proc
+            # walk (~65 µs a process) was most of such a poll's CPU (issue 29).
+            self.stuck.update([])
+            b.sample("node_health_gpu_stuck_processes", 0)
+        else:
+            self._stuck_processes(b)
         if nv is None:
             if why:
                 _unavailable(b, why, candidates, cfg.expected_count)
@@ -224,7 +234,12 @@ class GpuPoller:
     def _save(self, state: dict[str, Any], seen: dict[str, int]) -> None:
         state["seen"] = sorted(set(state.get("seen", [])) | set(seen))
         try:
-            self.state.write_json(POLL_STATE, state)
+            # Written only when it changed (issue 29): on a node without a GPU (or NVML) it never does, and
+            # each write is two fsyncs, most of a poll's CPU there. A GPU's counters change it at every poll.
+            text = json.dumps(state, sort_keys=True)
+            if text != self._written:
+                self.state.write_json(POLL_STATE, state)
+                self._written = text
             if seen:
                 old = self.state.load(INVENTORY_FILE)
                 index = old["index"] if old is not None and old["boot"] == state["boot"] else {}

@@ -228,6 +228,8 @@ class XidSource:
             if changed:
                 self._save(force=True)
                 self._publish()
+        if changed and self._kmsg:
+            kmsg_follower.kick(self._kmsg)  # a new hold may end before the follower's current wait does
 
     def gpu_reset(self, reset: resets.Reset) -> None:
         """The ladder verified a reset of a GPU (agent.gpu.resets tells, on the ladder's thread)."""
@@ -316,6 +318,21 @@ class XidSource:
     def kmsg_opened(self) -> None:
         self._context = []
         self.set_status("kmsg", None, up=1.0)
+
+    def kmsg_next_due(self) -> float | None:
+        """When to be called without records: a held finding ends, the cursor's save is due, or (while
+        saves fail) the next look for room, every second as before (issue 29)."""
+        with self.lock:
+            due = self.stream.next_expiry()
+            if self._save_failing:
+                save: float | None = time.monotonic() + 1.0
+            elif self._dirty:
+                save = self._saved_at + SAVE_EVERY
+            else:
+                save = None
+        if save is not None:
+            due = save if due is None else min(due, save)
+        return due
 
     def kmsg_records(self, records: Sequence[Record], backlog: bool) -> None:
         if self.stop_event.is_set():

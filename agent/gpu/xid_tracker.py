@@ -247,6 +247,13 @@ class XidStream:
             del self.active[k]
         return [r for _, r in gone]
 
+    def next_expiry(self) -> float | None:
+        """When the first held finding (or the coverage warning) ends, on `clock`; None: nothing ends."""
+        ends = [a.until for a in self.active.values() if a.until is not None]
+        if self.coverage_message:
+            ends.append(self.coverage_until)
+        return min(ends, default=None)
+
     def expire(self) -> bool:
         now = self.clock()
         gone = [k for k, a in self.active.items() if a.until is not None and a.until <= now]

@@ -69,6 +69,10 @@ class FaultTracker:
         self.active[p.name] = Active(text_, until, count)
         return True
 
+    def next_expiry(self) -> float | None:
+        """When the first held fault ends (on `clock`); None when none is held for a time."""
+        return min((a.until for a in self.active.values() if a.until is not None), default=None)
+
     def expire(self) -> bool:
         now = self.clock()
         gone = [name for name, a in self.active.items() if a.until is not None and a.until <= now]

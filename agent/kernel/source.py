@@ -134,6 +134,15 @@ class KernelLogSource:
     def kmsg_opened(self) -> None:
         self._set_status(None, 1.0)
 
+    def kmsg_next_due(self) -> float | None:
+        """When to be called without records: a held fault ends, or the cursor's save is due."""
+        with self.lock:
+            due = self.tracker.next_expiry()
+            if self._dirty:
+                save = self._saved_at + SAVE_EVERY
+                due = save if due is None else min(due, save)
+        return due
+
     def kmsg_records(self, records: Sequence[Record], backlog: bool) -> None:
         if self.stopped.is_set():
             return

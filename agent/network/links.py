@@ -1,8 +1,14 @@
-"""Link state over rtnetlink (pyroute2), and the default set of interfaces.
+"""Link state over rtnetlink, and the default set of interfaces.
 
-pyroute2 is imported here, inside `LinkReader`, only when the network check
-runs: any import from the package (even ``pyroute2.iproute.linux``) executes
-its ``__init__``, which loads every module it has (~24 MB of RSS, ~0.25 s).
+`LinkReader` sends ``RTM_GETLINK`` on a plain ``AF_NETLINK`` socket and reads
+the five fields the check uses from the answer (flags, index, ``IFLA_CARRIER``,
+``IFLA_OPERSTATE``, ``IFLA_CARRIER_CHANGES``). It used pyroute2 before issue 29:
+any import from that package (even ``pyroute2.iproute.linux``, with the package
+``__init__`` skipped) loads asyncio, sqlite3 and unittest.mock with it
+(+20.9 MB of RSS for ``from pyroute2 import IPRoute``, +14.8 MB for
+``pyroute2.iproute.linux`` alone; this module: nothing beyond the stdlib the
+agent holds). `tests/network/test_network_links.py` holds the answers equal to
+pyroute2's for the same links.
 """
 
 from __future__ import annotations
@@ -10,6 +16,8 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import socket
+import struct
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -60,54 +68,129 @@ def interface_name(value: str) -> str | None:
     return f'expected an interface name (1-15 bytes, no "/", ":" or spaces), got "{value}"'
 
 
+# rtnetlink (linux/netlink.h, linux/rtnetlink.h, linux/if_link.h)
+NETLINK_ROUTE = 0
+NLMSG_ERROR = 2
+NLMSG_DONE = 3
+RTM_NEWLINK = 16
+RTM_GETLINK = 18
+NLM_F_REQUEST = 0x1
+IFLA_IFNAME = 3
+IFLA_OPERSTATE = 16
+IFLA_CARRIER = 33
+IFLA_CARRIER_CHANGES = 35
+NLA_TYPE_MASK = 0x3FFF  # without NLA_F_NESTED and NLA_F_NET_BYTEORDER
+NLMSGHDR = struct.Struct("=IHHII")  # len, type, flags, seq, pid
+IFINFOMSG = struct.Struct("=BxHiII")  # family, pad, type, index, flags, change
+RTATTR = struct.Struct("=HH")  # len, type
+RECV_BUFFER = 65536  # one link's answer is ~1.5 KB (no IFLA_EXT_MASK: no VF lists)
+TIMEOUT = 5.0  # the kernel answers at once; a bound, not a wait
+
+
 class LinkReader:
-    """One netlink socket for one run; use as a context manager so it is always closed."""
+    """One netlink socket for one run; use as a context manager so it is always closed.
+    A request socket (bound to no multicast group): not subscribed to link events."""
 
     def __init__(self) -> None:
         try:
-            from pyroute2 import IPRoute  # type: ignore[import-untyped]
-        except ImportError as exc:
-            raise LinkError(f"pyroute2 is not installed ({exc})") from None
-        try:
-            # groups=0: a request socket, not subscribed to link/address/route events.
-            self._ipr: Any = IPRoute(groups=0)
+            self._sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC, NETLINK_ROUTE)
         except OSError as exc:
             raise LinkError(f"cannot open a netlink socket: {exc.strerror or exc}") from None
+        try:
+            self._sock.bind((0, 0))
+            self._sock.settimeout(TIMEOUT)
+        except OSError as exc:
+            self._sock.close()
+            raise LinkError(f"cannot open a netlink socket: {exc.strerror or exc}") from None
+        self._seq = 0
 
     def __enter__(self) -> Self:
         return self
 
     def __exit__(self, tp: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
-        self._ipr.close()
+        self._sock.close()
 
     def get(self, name: str) -> LinkState | None:
         """The link's state; None when the kernel has no link of that name."""
-        from pyroute2.netlink.exceptions import NetlinkError  # type: ignore[import-untyped]
-
+        self._seq += 1
         try:
-            msg = self._ipr.link("get", ifname=name)[0]
-        except NetlinkError as exc:
-            if exc.code == errno.ENODEV:
+            self._sock.send(request(name, self._seq))
+            while True:
+                data = self._sock.recv(RECV_BUFFER)
+                answer = parse_answer(data, self._seq)
+                if answer is not None:
+                    break
+        except OSError as exc:  # socket.timeout included
+            raise LinkError(f"RTM_GETLINK {name}: {exc.strerror or exc or 'no answer'}") from None
+        if isinstance(answer, int):
+            if answer == errno.ENODEV:
                 return None
-            raise LinkError(f"RTM_GETLINK {name}: {os.strerror(exc.code) if exc.code else exc}") from None
-        except OSError as exc:
-            raise LinkError(f"RTM_GETLINK {name}: {exc.strerror or exc}") from None
-        return _state(name, msg)
+            raise LinkError(f"RTM_GETLINK {name}: {os.strerror(answer)}")
+        return _state(name, answer)
 
 
-def _state(name: str, msg: Any) -> LinkState:
-    flags = int(msg["flags"])
+def request(name: str, seq: int) -> bytes:
+    """RTM_GETLINK for one interface by name (ifi_index 0: the kernel looks the name up)."""
+    raw = name.encode() + b"\0"
+    attr = RTATTR.pack(RTATTR.size + len(raw), IFLA_IFNAME) + raw
+    attr += b"\0" * (-len(attr) % 4)
+    body = IFINFOMSG.pack(socket.AF_UNSPEC, 0, 0, 0, 0) + attr
+    return NLMSGHDR.pack(NLMSGHDR.size + len(body), RTM_GETLINK, NLM_F_REQUEST, seq, 0) + body
+
+
+def parse_answer(data: bytes, seq: int) -> dict[str, int] | int | None:
+    """The answer to request `seq` in one datagram: the link's fields (``flags``, ``index`` and the
+    ``IFLA_*`` attributes the check reads, by name), or a positive errno; None when the datagram holds
+    no answer to `seq` (an older request's). Malformed input raises OSError (EBADMSG)."""
+    off = 0
+    while off + NLMSGHDR.size <= len(data):
+        length, kind, _flags, mseq, _pid = NLMSGHDR.unpack_from(data, off)
+        if length < NLMSGHDR.size or off + length > len(data):
+            raise OSError(errno.EBADMSG, "a truncated netlink message")
+        body, off = data[off + NLMSGHDR.size:off + length], off + ((length + 3) & ~3)
+        if mseq != seq or kind == NLMSG_DONE:
+            continue
+        if kind == NLMSG_ERROR:
+            if len(body) < 4:
+                raise OSError(errno.EBADMSG, "a truncated netlink error")
+            code = -struct.unpack_from("=i", body)[0]
+            return code if code > 0 else None  # 0 is an acknowledgement, not our answer
+        if kind == RTM_NEWLINK and len(body) >= IFINFOMSG.size:
+            return _link_fields(body)
+    return None
+
+
+def _link_fields(body: bytes) -> dict[str, int]:
+    _family, _type, index, flags, _change = IFINFOMSG.unpack_from(body)
+    out = {"index": index, "flags": flags}
+    off = IFINFOMSG.size
+    while off + RTATTR.size <= len(body):
+        length, kind = RTATTR.unpack_from(body, off)
+        if length < RTATTR.size or off + length > len(body):
+            break
+        kind &= NLA_TYPE_MASK
+        value = body[off + RTATTR.size:off + length]
+        if kind in (IFLA_OPERSTATE, IFLA_CARRIER) and len(value) >= 1:
+            out["IFLA_OPERSTATE" if kind == IFLA_OPERSTATE else "IFLA_CARRIER"] = value[0]
+        elif kind == IFLA_CARRIER_CHANGES and len(value) >= 4:
+            out["IFLA_CARRIER_CHANGES"] = struct.unpack_from("=I", value)[0]
+        off += (length + 3) & ~3
+    return out
+
+
+def _state(name: str, msg: dict[str, int]) -> LinkState:
+    flags = msg["flags"]
     carrier = msg.get("IFLA_CARRIER")
-    operstate = str(msg.get("IFLA_OPERSTATE") or "unknown").lower()
+    oper = msg.get("IFLA_OPERSTATE")
     changes = msg.get("IFLA_CARRIER_CHANGES")
     return LinkState(
         name=name,
-        index=int(msg["index"]),
+        index=msg["index"],
         admin_up=bool(flags & IFF_UP),
         # IFLA_CARRIER is missing on kernels older than 3.8: IFF_LOWER_UP says the same.
         carrier=bool(carrier) if carrier is not None else bool(flags & IFF_LOWER_UP),
-        operstate=operstate if operstate in OPERSTATES else "unknown",
-        carrier_changes=int(changes) if changes is not None else None,
+        operstate=OPERSTATES[oper] if oper is not None and oper < len(OPERSTATES) else "unknown",
+        carrier_changes=changes,
     )
 
 

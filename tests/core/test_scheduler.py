@@ -205,3 +205,18 @@ def test_jitter_moves_each_due_time_by_up_to_its_fraction(monkeypatch: pytest.Mo
     starts = start_times(monkeypatch, 0.5, Extreme(top), seconds=6.0)
     assert [round(b - a, 3) for a, b in zip(starts, starts[1:])] == [gap] * (len(starts) - 1)
     assert len(starts) == int(6.0 / gap) + 1
+
+
+def test_first_pass_is_done_when_every_check_finished_or_timed_out_once() -> None:
+    """What the daemon waits for before it gives start-up's free memory back (release_free_memory)."""
+    sched = Scheduler(Store(), CATALOG, jitter=0)
+    release = threading.Event()
+    fine, hung = FakeCheck("fine"), FakeCheck("hung", "hang", release=release)
+    sched.configure([(fine, cfg(interval=60)), (hung, cfg(interval=60, timeout=0.3))], immediate=True)
+    assert not sched.first_pass_done()
+    with running(sched):
+        wait_for(lambda: fine.runs == 1 and hung.runs == 1, what="both started")
+        wait_for(sched.first_pass_done, what="the hung check timed out", timeout=10)
+    release.set()
+    sched.configure([(fine, cfg(interval=60))])  # a reload: a new first pass
+    assert not sched.first_pass_done()

@@ -227,3 +227,43 @@ def test_process_stuck_for_n_polls_is_critical(gpu_context, scenario, host) -> N
     obs = check.run()
     assert found(obs) == {}
     assert sample(obs, "node_health_gpu_stuck_processes") == 0
+
+
+def test_without_nvml_or_a_gpu_on_the_bus_there_is_no_process_walk_and_no_rewrite(
+    gpu_context, host, tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 29: a GPU-less node's poll neither walks /proc nor rewrites an unchanged poll state;
+    a GPU on the bus brings the walk back."""
+    from agent.gpu import poller
+    from agent.statedir import StateDir
+
+    add_process(host.proc, 4711, "nvidia-smi", "D", ["/dev/nvidiactl", "/dev/nvidia0"])
+    scans: list[int] = []
+    real_scan = poller.scan
+    monkeypatch.setattr(poller, "scan", lambda paths: scans.append(1) or real_scan(paths))
+    writes: list[str] = []
+    real_write = StateDir.write_bytes
+    monkeypatch.setattr(StateDir, "write_bytes", lambda self, name, data: writes.append(name) or real_write(self, name, data))
+    ctx, cfg = gpu_context("xid_events = false\nhung_polls = 1\n", lib=str(tmp_path / "no-libnvidia-ml.so.1"))
+    check = GpuCheck(ctx, cfg)
+    for _ in range(3):
+        obs = check.run()
+        assert sample(obs, "node_health_gpu_stuck_processes") == 0
+        assert ("gpus", "GpuProcessStuck") not in found(obs)
+    assert scans == []
+    assert writes == [poller.POLL_STATE]  # the first poll's, then nothing changed
+    host.add_gpu("0000:17:00.0")
+    obs = check.run()
+    assert scans == [1]
+    assert ("gpus", "GpuProcessStuck") in found(obs)
+
+
+def test_a_poll_state_removed_behind_the_agent_is_written_again(gpu_context, tmp_path) -> None:
+    ctx, cfg = gpu_context("xid_events = false\n", lib=str(tmp_path / "no-libnvidia-ml.so.1"))
+    check = GpuCheck(ctx, cfg)
+    check.run()
+    path = os.path.join(ctx.state_dir, "gpu-poll.json")
+    assert os.path.exists(path)
+    os.unlink(path)
+    check.run()
+    assert os.path.exists(path)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import struct
 import subprocess
 import sys
 import time
@@ -14,6 +16,7 @@ from conftest import require_tool
 from netns_helpers import Result, VethPair, runner, unique, veth_pair, write_config
 
 from agent.check import CheckContext
+from agent.network import links
 from agent.network.links import REMEMBERED, FlapWindow, _remembered, interface_name
 from agent.checks.network import NetworkCheck, NetworkConfig
 from agent.config import defaults
@@ -248,21 +251,117 @@ def test_interface_names(name: str, ok: bool) -> None:
 
 
 @pytest.mark.parametrize("interfaces", [pytest.param((), id="default set"), pytest.param(("lo",), id="configured")])
-def test_without_pyroute2_links_are_unknown_not_faults(
+def test_without_a_netlink_socket_links_are_unknown_not_faults(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, interfaces: tuple[str, ...]
 ) -> None:
-    monkeypatch.setitem(sys.modules, "pyroute2", None)  # `import pyroute2` raises ImportError
+    def refused(*args: object) -> None:
+        raise PermissionError(errno.EACCES, "Permission denied")
+
+    monkeypatch.setattr(links.socket, "socket", refused)  # as a seccomp profile without AF_NETLINK would
     check = NetworkCheck(CheckContext(HostPaths(), str(tmp_path), defaults()), NetworkConfig(interfaces=interfaces))
     for _ in range(2):  # the default set is retried on every run
         [f] = check.run().findings
         assert (f.reason, f.unknown) == ("LinkStateUnknown", True)
-        assert "pyroute2 is not installed" in f.message
+        assert "cannot open a netlink socket: Permission denied" in f.message
 
 
-def test_pyroute2_is_not_imported_until_the_check_is_built() -> None:
+# Answers the kernel could send, and what the reader makes of them (a bad one raises OSError,
+# which the reader turns into LinkError and the check into LinkStateUnknown).
+def _msg(kind: int, seq: int, body: bytes) -> bytes:
+    data = links.NLMSGHDR.pack(links.NLMSGHDR.size + len(body), kind, 0, seq, 0) + body
+    return data + b"\0" * (-len(data) % 4)
+
+
+def _attr(kind: int, value: bytes) -> bytes:
+    data = links.RTATTR.pack(links.RTATTR.size + len(value), kind) + value
+    return data + b"\0" * (-len(data) % 4)
+
+
+_LINK = links.IFINFOMSG.pack(0, 1, 7, links.IFF_UP | links.IFF_LOWER_UP, 0)
+
+
+@pytest.mark.parametrize(
+    ("data", "expected"),
+    [
+        pytest.param(_msg(links.RTM_NEWLINK, 5, _LINK + _attr(links.IFLA_OPERSTATE, b"\x06")
+                          + _attr(links.IFLA_CARRIER, b"\x01") + _attr(links.IFLA_CARRIER_CHANGES, struct.pack("=I", 9))),
+                     {"index": 7, "flags": 0x10001, "IFLA_OPERSTATE": 6, "IFLA_CARRIER": 1, "IFLA_CARRIER_CHANGES": 9},
+                     id="a link"),
+        pytest.param(_msg(links.RTM_NEWLINK, 5, _LINK + _attr(links.IFLA_OPERSTATE | 0x8000, b"\x02")),
+                     {"index": 7, "flags": 0x10001, "IFLA_OPERSTATE": 2}, id="flag bits of the type are masked"),
+        pytest.param(_msg(links.RTM_NEWLINK, 5, _LINK + links.RTATTR.pack(200, links.IFLA_CARRIER)),
+                     {"index": 7, "flags": 0x10001}, id="an attribute longer than the message ends the list"),
+        pytest.param(_msg(links.RTM_NEWLINK, 5, _LINK + _attr(links.IFLA_CARRIER_CHANGES, b"\x01")),
+                     {"index": 7, "flags": 0x10001}, id="a short value is left out"),
+        pytest.param(_msg(links.NLMSG_ERROR, 5, struct.pack("=i", -errno.ENODEV)), errno.ENODEV, id="no such device"),
+        pytest.param(_msg(links.NLMSG_ERROR, 4, struct.pack("=i", -errno.ENODEV)), None, id="another request's answer"),
+        pytest.param(_msg(links.NLMSG_ERROR, 5, struct.pack("=i", 0)), None, id="an acknowledgement"),
+        pytest.param(b"", None, id="empty"),
+        pytest.param(_msg(links.NLMSG_ERROR, 4, struct.pack("=i", -1)) + _msg(links.NLMSG_ERROR, 5, struct.pack("=i", -errno.EPERM)),
+                     errno.EPERM, id="the second of two"),
+    ],
+)
+def test_answers(data: bytes, expected: object) -> None:
+    assert links.parse_answer(data, 5) == expected
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        pytest.param(links.NLMSGHDR.pack(400, links.RTM_NEWLINK, 0, 5, 0) + _LINK, id="longer than the datagram"),
+        pytest.param(links.NLMSGHDR.pack(4, links.RTM_NEWLINK, 0, 5, 0), id="shorter than its header"),
+        pytest.param(_msg(links.NLMSG_ERROR, 5, b"\x01"), id="a truncated error"),
+    ],
+)
+def test_malformed_answers_raise_oserror(data: bytes) -> None:
+    with pytest.raises(OSError):
+        links.parse_answer(data, 5)
+
+
+def test_the_request_names_the_link() -> None:
+    data = links.request("eth0", 3)
+    length, kind, flags, seq, _ = links.NLMSGHDR.unpack_from(data)
+    assert (length, kind, flags, seq) == (len(data), links.RTM_GETLINK, links.NLM_F_REQUEST, 3)
+    assert len(data) % 4 == 0
+    assert data[links.NLMSGHDR.size + links.IFINFOMSG.size:] == _attr(links.IFLA_IFNAME, b"eth0\0")
+
+
+_PARITY = """
+import json, os
+from pyroute2 import IPRoute
+from agent.network.links import LinkReader
+rows = []
+with IPRoute(groups=0) as ipr, LinkReader() as reader:
+    for name in sorted(os.listdir("/sys/class/net")):
+        m = ipr.link("get", ifname=name)[0]
+        flags, carrier, changes = int(m["flags"]), m.get("IFLA_CARRIER"), m.get("IFLA_CARRIER_CHANGES")
+        theirs = [name, int(m["index"]), bool(flags & 0x1), bool(carrier), str(m.get("IFLA_OPERSTATE")).lower(), changes]
+        s = reader.get(name)
+        rows.append([theirs, [s.name, s.index, s.admin_up, s.carrier, s.operstate, s.carrier_changes]])
+print(json.dumps(rows))
+"""
+
+
+@pytest.mark.privileged
+def test_the_reader_answers_what_pyroute2_answers(pair: VethPair) -> None:
+    """The twin of the pyroute2 reader it replaced (issue 29): the same fields for every link of the
+    namespace: lo, one end whose peer is down (no carrier), a second veth pair admin down."""
+    pair.a.ip("link", "add", "nhadown0", "type", "veth", "peer", "name", "nhadown1")
+    pair.b.ip("link", "set", pair.b_if, "down")
+    time.sleep(0.5)  # linkwatch sets operstate shortly after the carrier
+    rows = json.loads(pair.a.run(sys.executable, "-c", _PARITY).stdout)
+    assert sorted(r[0][0] for r in rows) == sorted(["lo", pair.a_if, "nhadown0", "nhadown1"])
+    for theirs, ours in rows:
+        assert ours == theirs
+    states = {tuple(r[1][2:5]) for r in rows}  # (admin up, carrier, operstate)
+    assert states == {(True, True, "unknown"), (True, False, "down"), (False, False, "down")}
+
+
+def test_pyroute2_is_not_imported_even_when_links_are_read() -> None:
     code = (
         "import sys, agent.registry, agent.config;"
         "agent.registry.CATALOG.metrics; agent.config.defaults();"
+        "from agent.network.links import LinkReader; LinkReader().get('lo');"
         "print('pyroute2' in sys.modules)"
     )
     out = subprocess.run(
