@@ -30,12 +30,24 @@ Checked after every step (and at every tick of a passing hour):
   not yet replaced by a Ready pod), and a node whose drain says done has no
   pod of the app left on it.
 
-With the matching fix reverted it finds issue 23's item 4 (an eviction
-answered 409 counted as gone; the drain reports done with the replica still
-there) and item 5 (expiry judged by comparing the holder's renewTime with
-the waiter's wall clock: with hours of skew the waiter deletes a live
-holder's Lease and two nodes hold the one slot); see docs/remediation.md,
-"How the promises are explored", for the figures.
+With the matching fix reverted it finds issue 23's item 4 and item 5
+(docs/remediation.md, "How the promises are explored"):
+
+- item 4, a 409 on an eviction counted as gone (``drain.py``: ``status in
+  (404, 409)``): fails at the 11th example (about 6 s) and shrinks to
+  ``evictions_conflict(n=1); tick(i=0)``: "the drain of node-0 said done
+  with ['web-0'] still on it (counted gone, still there)";
+- item 5, expiry judged by the holder's renewTime against the waiter's wall
+  clock (``budget.py`` ``_reclaim``): fails in about 12 s and shrinks to
+  budget 1, node-1's wall clock 3,601 s ahead, ``agent_dies(i=0);
+  agent_starts(i=0); time_passes_ticking(dt=1.0)``: "node-0 holds a live
+  slot (renewed within the expiry) but its Lease is gone: ['node-1']" (the
+  waiter deleted the live holder's Lease and took the one slot).
+
+On the code as it stood it also found a bug, since fixed: a Lease create
+answered 409 Conflict by quota admission (kubernetes#67761) was taken for
+the node's own Lease, and the node drained without a slot
+(``test_kube_remediate.py::test_a_409_conflict_on_the_create_is_no_slot``).
 
 Bounded for CI: derandomized, no example database, a fixed number of
 examples and steps (`NHA_CLUSTER_EXAMPLES`, `NHA_CLUSTER_STEPS` for larger
