@@ -401,4 +401,6 @@ class ClusterMachine(RuleBasedStateMachine):
 TestClusterStateful = ClusterMachine.TestCase
 TestClusterStateful.settings = SETTINGS
 
-pytestmark = pytest.mark.filterwarnings("ignore::hypothesis.errors.NonInteractiveExampleWarning")
+# A passing run takes about 20 s. A failing one shrinks its sequence, which hypothesis caps at about 5 min: past
+# the project's 300 s pytest-timeout, the report would be a Timeout inside the shrinker instead of the sequence.
+pytestmark = [pytest.mark.filterwarnings("ignore::hypothesis.errors.NonInteractiveExampleWarning"), pytest.mark.timeout(900)]
