@@ -38,7 +38,10 @@ is kept: 409); then the waiter creates its own. Quota admission still counts
 every create, so no more than `hard` Leases exist at any time. A waiter that
 restarts forgets what it saw and watches again (later, never sooner). A
 holder that finds its Lease gone when it renews (404) has lost the slot and
-claims one again before its next disruptive step. The expiry must be longer
+claims one again before its next disruptive step. Only a 409 AlreadyExists
+to a create is "ours already": a 409 Conflict is quota admission racing
+another create (kubernetes#67761), nothing was created, and the claim is
+tried again. The expiry must be longer
 than the longest reboot plus boot, or a slow node's slot is taken while it
 boots (it then waits for a slot before anything else).
 """
@@ -133,7 +136,7 @@ class Budget:
                     return self._full(now, uid)
                 self._unsure = True
                 return self.ensure(now, uid)
-            if exc.status != 409:  # 409 AlreadyExists: our own, from before a restart
+            if not _exists(exc):  # 409 AlreadyExists: our own, from before a restart
                 raise
             return self._claimed()  # its renewTime is old: renewed at the next renew()
         return self._claimed(True)
@@ -148,7 +151,7 @@ class Budget:
         except ApiError as exc:
             if exc.status == 403 and "exceeded quota" in exc.message:
                 return self._refused(now, "exhausted")  # another waiter took the freed slot first
-            if exc.status != 409:
+            if not _exists(exc):
                 raise
             return self._claimed()
         return self._claimed(True)
@@ -313,3 +316,9 @@ class Budget:
         self.retry_at = now + wait * (1 - JITTER + 2 * JITTER * self._rng.random())
         return False
 
+
+def _exists(exc: ApiError) -> bool:
+    """A create answered 409 AlreadyExists: the Lease named after this node is there (ours). A 409 Conflict is not:
+    quota admission answers it to a create that raced another one ("Operation cannot be fulfilled on
+    resourcequotas", kubernetes#67761), and nothing was created."""
+    return exc.status == 409 and exc.reason == "AlreadyExists"

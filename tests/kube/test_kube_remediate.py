@@ -347,6 +347,24 @@ def test_many_agents_some_dying_with_a_slot_never_more_than_b_and_all_handled(fa
         assert lease_deletes(fake, name) == 1, f"{name}'s Lease deleted only by its own release"
 
 
+def test_a_409_conflict_on_the_create_is_no_slot(fake: FakeApiServer, tmp_path: Any) -> None:
+    """Quota admission answers a Lease create that raced another one with 409 Conflict "Operation cannot be
+    fulfilled on resourcequotas" (kubernetes#67761: a mass event is such a race): nothing was created, so it is
+    no slot; only 409 AlreadyExists (our own Lease, from before a restart) is. Found by test_cluster_stateful."""
+    fake.set_quota(DISRUPTION_NS, DISRUPTION_QUOTA, 1)
+    wall = Wall()
+    holder, waiter = expiring(fake, tmp_path, "holder", wall), expiring(fake, tmp_path, "waiter", wall)
+    assert holder.claim_slot(wall.t)
+    holder.release_slot(wall.t)
+    fake.inject(409, method="POST", path=r"/leases$")
+    with pytest.raises(ApiError) as err:
+        waiter.claim_slot(wall.t)
+    assert err.value.status == 409 and not waiter.budget.held and lease_names(fake) == []
+    assert waiter.claim_slot(wall.t) and lease_names(fake) == ["waiter"], "the next try creates it"
+    again = expiring(fake, tmp_path, "waiter", wall)  # restarted: 409 AlreadyExists is its own Lease
+    assert again.claim_slot(wall.t) and again.budget.held
+
+
 def test_a_deleted_node_frees_its_slot_at_once(fake: FakeApiServer, tmp_path: Any) -> None:
     """The Lease is owned by the Node: the garbage collector frees the slot of a deleted node (no expiry needed)."""
     fake.set_quota(DISRUPTION_NS, DISRUPTION_QUOTA, 1)

@@ -61,6 +61,9 @@ class Fault:
             if self.form == "text":
                 headers.update({"X-Kubernetes-PF-FlowSchema-UID": "fs-uid", "X-Kubernetes-PF-PriorityLevel-UID": "pl-uid"})
             return err
+        if self.status == 409:  # as quota admission answers a create that raced another one (kubernetes#67761)
+            return st.ApiStatus(409, "Conflict", f'Operation cannot be fulfilled on resourcequotas "injected": {st.CONFLICT_MSG}',
+                                {"name": "injected", "kind": "resourcequotas"}, headers)
         reason = {500: "InternalError", 503: "ServiceUnavailable", 504: "Timeout"}.get(self.status, "InternalError")
         return st.ApiStatus(self.status, reason, f"injected {self.status}", None, headers)
 
