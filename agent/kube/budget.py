@@ -123,7 +123,7 @@ class Budget:
             if not mine:
                 self._absent = True
                 return self._full(now, uid)
-            return self._claimed()
+            return self._found()
         if not self._quota_present(now):
             return self._refused(now, "missing")
         try:
@@ -138,7 +138,7 @@ class Budget:
                 return self.ensure(now, uid)
             if not _exists(exc):  # 409 AlreadyExists: our own, from before a restart
                 raise
-            return self._claimed()  # its renewTime is old: renewed at the next renew()
+            return self._found()
         return self._claimed(True)
 
     def _full(self, now: float, uid: str) -> bool:
@@ -153,7 +153,7 @@ class Budget:
                 return self._refused(now, "exhausted")  # another waiter took the freed slot first
             if not _exists(exc):
                 raise
-            return self._claimed()
+            return self._found()
         return self._claimed(True)
 
     def _reclaim(self) -> bool:
@@ -218,8 +218,25 @@ class Budget:
         self._renewed = mono
         return True
 
+    def _found(self) -> bool:
+        """Our own Lease, from before a restart: renewed before it counts as held. Unrenewed for longer than the
+        expiry, a waiter may be about to delete it; the renewal changes its resourceVersion, so that delete
+        (preconditioned on what the waiter saw) fails. Gone meanwhile (404): no slot, the next try creates one."""
+        if not self.expiry or not self.cfg.enabled:
+            return self._claimed()
+        assert self.api is not None
+        try:
+            self.api.patch_lease(self.cfg.namespace, self.node, {"spec": {"renewTime": micro_time_str(self.wall())}})
+        except ApiError as exc:
+            if exc.status != 404:
+                raise
+            log.warning("the %s budget Lease of %s was deleted as it was found (expired): claiming again", self.what, self.node)
+            self._absent = True
+            return False
+        return self._claimed(True)
+
     def _claimed(self, created: bool = False) -> bool:
-        """Holding a slot; `created`: by the create just sent (its renewTime is now), else a Lease found (renew it soon)."""
+        """Holding a slot; `created`: its renewTime was just written (created, or renewed as found), else renew it soon."""
         self.held, self.state, self._failures, self._absent = True, "held", 0, False
         self._renewed = self.mono() if created else float("-inf")
         log.info("claimed a %s budget slot (lease %s/%s)", self.what, self.cfg.namespace, self.node)

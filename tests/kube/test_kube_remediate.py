@@ -405,3 +405,26 @@ def test_a_drain_that_used_up_its_bucket_never_delays_the_slot_release_or_the_re
     assert [(r.method, r.path.rsplit("/", 2)[-2:]) for r in sent if r.method == "DELETE"] == [("DELETE", ["leases", NODE])]
     assert not lease_names(fake)
     assert sum(1 for r in sent if r.method == "PATCH") == 2 and fake.events()
+
+
+def test_a_lease_found_at_a_restart_is_renewed_before_it_counts_as_held(fake: FakeApiServer, tmp_path: Any) -> None:
+    """An agent back after its Lease went unrenewed past the expiry: a waiter that watched it unchanged for the
+    expiry may be deleting it right now. The agent renews it before it says "held" (the waiter's delete,
+    preconditioned on the resourceVersion it saw, then fails); found deleted meanwhile, it holds no slot."""
+    fake.set_quota(DISRUPTION_NS, DISRUPTION_QUOTA, 1)
+    wall = Wall()
+    assert expiring(fake, tmp_path, "holder", wall).claim_slot(wall.t)
+    (before,) = [o for o in fake.objects("coordination.k8s.io", "leases", DISRUPTION_NS)]
+    wall.t += 7200  # the agent was away two expiries
+    back = expiring(fake, tmp_path, "holder", wall)  # a new process: nothing in memory
+    assert back.claim_slot(wall.t)
+    (after,) = [o for o in fake.objects("coordination.k8s.io", "leases", DISRUPTION_NS)]
+    assert after["metadata"]["resourceVersion"] != before["metadata"]["resourceVersion"]
+    assert after["spec"]["renewTime"] != before["spec"]["renewTime"], "renewed before held"
+    wall.t += 7200
+    gone = expiring(fake, tmp_path, "holder", wall)
+    # a waiter's delete lands between the agent finding its Lease and renewing it
+    fake.before(lambda r: r.method == "PATCH" and r.path.endswith("/leases/holder"),
+                lambda: fake.cluster.delete(("coordination.k8s.io", "leases", DISRUPTION_NS, "holder")))
+    assert not gone.claim_slot(wall.t), "deleted as it was found: no slot"
+    assert gone.budget.state != "held" and lease_names(fake) == []
