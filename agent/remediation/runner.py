@@ -81,7 +81,6 @@ class Runner:
         self._thread: threading.Thread | None = None
         self._samples: list[Sample] | None = None
         self._rate_limited = False
-        self._faulty = True  # the last tick saw a fault (or none ran yet): the next snapshot ticks
 
     def offer(self, snap: Snapshot) -> None:
         """Store listener (scheduler loop thread): hand over, never block."""
@@ -104,7 +103,6 @@ class Runner:
             self._thread.join(timeout=10)
 
     def _run(self) -> None:
-        due = 0.0  # monotonic time of the next tick at the latest
         while not self._stop.is_set():
             self._wake.clear()
             with self._lock:
@@ -112,33 +110,17 @@ class Runner:
                     self._latest, self._snap = self._snap, None
             wait = self.interval
             if self._latest is not None:
-                left = due - time.monotonic()
-                if left > 0 and self._idle(self._latest):
-                    wait = left  # a healthy node: a new snapshot with no fault in it changes nothing
-                else:
-                    wait = self.step(self._latest)
-                    due = time.monotonic() + wait
+                wait = self.step(self._latest)
             if self._stop.wait(MIN_GAP):
                 return
             self._wake.wait(timeout=max(0.0, wait - MIN_GAP))
-
-    def _idle(self, snap: Snapshot) -> bool:
-        """Nothing to do before the next tick at the latest: no fault in this snapshot nor at the last tick, no
-        episode, not retired. A tick then only re-reads the same nothing (the kill switch, the boot ID), so a
-        snapshot of a healthy node does not wake the ladder; it ticks every `interval` as it would without
-        one. A fault ticks it at once, and so does the next snapshot after it (its clearing is seen)."""
-        rec = self.ladder.rec
-        return (not self._faulty and rec.episode is None and rec.retired is None and not rec.unretire
-                and not faults(snap.findings(), snap.samples()))
 
     def step(self, snap: Snapshot) -> float:
         """One tick on `snap`; the seconds until the next one at the latest."""
         wait = self.interval
         self.ladder.paused = self._paused()
-        found = faults(snap.findings(), snap.samples())
-        self._faulty = bool(found)
         try:
-            self.ladder.tick(found)
+            self.ladder.tick(faults(snap.findings(), snap.samples()))
             self._rate_limited = False
         except Wait as exc:  # our own client-side rate limit or backoff: the API server said nothing
             left = max(0.0, exc.until - time.monotonic())

@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 
 import threading
-import time
 
 from agentproc import wait_for
 from remediation_support import FakeCluster, FakeHost, GPU_INFO, enforce, finding, make
@@ -70,25 +69,3 @@ def test_the_kill_switch_is_read_before_every_tick(tmp_path):
     state["paused"] = False
     runner.step(snap)
     assert host.count("reboot") == 1
-
-
-def test_a_healthy_node_s_snapshots_do_not_tick_the_ladder_between_intervals_and_a_fault_does_at_once(tmp_path):
-    ladder = make(tmp_path, enforce(), cluster=FakeCluster(slots=0))
-    ticks = []
-    real = ladder.tick
-    ladder.tick = lambda fs: (ticks.append(tuple(f.key for f in fs)), real(fs))[1]
-    runner = Runner(ladder, interval=3600, publish_samples=lambda s: None, paused=lambda: False)
-    runner.start()
-    try:
-        runner.offer(snapshot())
-        wait_for(lambda: len(ticks) == 1, what="the first tick")
-        for _ in range(3):  # healthy snapshots within the interval: no tick
-            runner.offer(snapshot())
-            time.sleep(1.5)  # past MIN_GAP: a tick would have run by now
-            assert len(ticks) == 1
-        runner.offer(snapshot(finding("Xid79", "reboot")))  # a fault: at once
-        wait_for(lambda: len(ticks) == 2 and ticks[-1], what="a tick for the fault")
-        runner.offer(snapshot())  # and its clearing is seen at once too
-        wait_for(lambda: len(ticks) == 3 and ticks[-1] == (), what="a tick for the clearing")
-    finally:
-        runner.stop()
