@@ -312,14 +312,7 @@ class Ladder:
         return not (ep is not None and ep.step == "rebooting" and ep.boot_id == r.boot_id == self.boot)
 
     def _start(self) -> None:
-        due = []
-        for f in self.present.values():
-            if f.key in self.rec.handled or f.key in (self.suspect or ()):
-                continue
-            after = {"reset_gpu": self.cfg.reset_gpu_after, "reboot": self.cfg.reboot_after,
-                     "drain_and_diagnose": self.cfg.drain_after, "rma": self.cfg.rma_after}[f.action]
-            if self.now - self.first_seen[f.key] >= after:
-                due.append(f)
+        due = [f for f in self.present.values() if f.key not in self.rec.handled and self._stood_its_time(f)]
         if not due:
             return
         f = min(due, key=lambda f: (-RANK[EPISODE[f.action]], f.key))
@@ -334,6 +327,13 @@ class Ladder:
             self._event("RemediationEscalated", f"{ep.note}; escalating to a reboot", warning=True)
         self.rec.episode = ep
         self._save()
+
+    def _stood_its_time(self, f: Fault) -> bool:
+        """The fault has stood its action's `*_after` time in this boot (and was not standing when the record
+        was lost): only then is anything done for it, as an episode of its own or by taking one over."""
+        after = {"reset_gpu": self.cfg.reset_gpu_after, "reboot": self.cfg.reboot_after,
+                 "drain_and_diagnose": self.cfg.drain_after, "rma": self.cfg.rma_after}[f.action]
+        return f.key not in (self.suspect or ()) and self.now - self.first_seen[f.key] >= after
 
     # ------------------------------------------------------------ steps
 
@@ -356,7 +356,7 @@ class Ladder:
         """A stronger fault arrived before the act: it takes the episode over (a reboot cures a reset fault too)."""
         if ep.step not in ("claim", "drain", "reset_gpu", "hold"):
             return False
-        options = [f for f in self.present.values() if f.key not in (self.suspect or ())]
+        options = [f for f in self.present.values() if self._stood_its_time(f)]  # never sooner than its own time
         if not options:
             return False
         best = min(options, key=lambda f: (-RANK[EPISODE[f.action]], f.key))

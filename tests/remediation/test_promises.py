@@ -390,3 +390,27 @@ def test_a_forced_drain_does_not_wait_for_the_same_pods_again_when_the_reboot_wa
     ladder = make(tmp_path, cfg, cluster=cluster, host=host, clock=clock)  # and across a restart
     ladder.tick(fault_list(REBOOT))
     assert host.count("reboot") == 1 and cluster.count("drain") == drains
+
+
+def test_a_stronger_fault_takes_an_episode_over_only_once_it_has_stood_its_own_time(tmp_path):
+    """A reset episode is under way (a process holds the GPU); a reboot fault arrives. It takes the episode
+    over (a whole-node drain, a reboot) only after reboot_after, never on the reset's time (found by the
+    stateful test at 1,000 examples: the reset fault then cleared and the node was drained for a reboot
+    fault 151 s old)."""
+    cfg, clock = enforce(reset_gpu_after="2m", reboot_after="10m"), Clock()
+    host, cluster = FakeHost(cfg), FakeCluster()
+    ladder = make(tmp_path, cfg, host=host, cluster=cluster, clock=clock, users=Users({"GPU-aaaa": frozenset({"uid-a"})}))
+    host.pids["GPU-aaaa"] = (4242,)  # the reset waits for the GPU
+    ladder.tick(fault_list(RESET))
+    clock.t += 120
+    ladder.tick(fault_list(RESET, REBOOT))
+    assert ladder.step == "reset_gpu" and ("drain", ("uid-a",)) in cluster.calls
+    for _ in range(9):  # 540 s: the reboot fault has not stood its 600 s
+        clock.t += 60
+        ladder.tick(fault_list(RESET, REBOOT))
+        assert ladder.rec.episode is not None and ladder.rec.episode.action == "reset_gpu"
+    assert ("drain", None) not in cluster.calls and host.count("reboot") == 0
+    clock.t += 60
+    ladder.tick(fault_list(RESET, REBOOT))  # 600 s: now it takes over
+    assert ladder.rec.episode is None or ladder.rec.episode.action == "reboot"
+    assert ("drain", None) in cluster.calls
