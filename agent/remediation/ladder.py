@@ -592,8 +592,8 @@ class Ladder:
                 self._event("RemediationFailed", msg, warning=True)
             self._wait("reboot", f"the reboot asked for at {_utc(asked)} has not happened; it is not asked for again "
                        "(the disruption slot is released)")
-        else:
-            self._wait("reboot", f"waiting for the reboot asked for at {_utc(asked)}")
+        # Before that, a reboot in flight is no wait to report: the step says it (node_health_remediation_step
+        # {step="rebooting"}), and RemediationHeld on "reboot" means overdue only.
         return False
 
     def _settle(self, ep: Episode) -> bool:

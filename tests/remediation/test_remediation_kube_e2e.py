@@ -159,7 +159,8 @@ def test_the_same_fault_after_two_reboots_retires_the_node_on_the_cluster(fake: 
                  timeout=60, what="the retired label")
         conds = {c["type"]: c["status"] for c in fake.node(NODE)["status"]["conditions"]}
         assert conds.get("NodeHealthNeedsHardwareRepair") == "True"
-        assert any(e.get("reason") == "NodeRetired" for e in fake.events())
+        # the event is written after the label (set_retired): waited for, not raced
+        wait_for(lambda: any(e.get("reason") == "NodeRetired" for e in fake.events()), what="the NodeRetired event")
         wait_for(lambda: node.leases() == [], what="the slot released at retirement")
         assert len(node.bins.calls("systemctl")) == 2, "no third reboot"
     finally:
