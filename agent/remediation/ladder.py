@@ -116,6 +116,7 @@ class Ladder:
         self._said: dict[str, str] = {}  # log-once memory
         self._adopted = False  # a slot held before this process started is claimed again once (the cluster side forgot it)
         self._started: float | None = None  # the first tick's time
+        self._reported: set[str] = set()  # faults this process has been told of (their clearing is real)
         self._drained_at: float | None = None  # when this process last saw a drain finish (boot clock)
 
     # ------------------------------------------------------------ the tick
@@ -251,12 +252,14 @@ class Ladder:
         Another boot's times, or a time ahead of the clock (it was set back), start the wait
         again (later, never sooner); so does a missing or damaged record. For `STARTUP_GRACE`
         after the start a recorded fault that is not (yet) reported keeps its time: the checks
-        have not all run again; after that a fault that is gone is forgotten."""
+        have not all run again; after that, or once this process was told of it and then not, a
+        fault that is gone is forgotten."""
         if self._started is None:
             self._started = self.now
         old = self.rec.seen if self.rec.seen_boot == self.boot else {}
         keep = self.now - self._started < STARTUP_GRACE
-        seen = {k: t for k, t in old.items() if keep and k not in self.present and t <= self.now}
+        self._reported |= set(self.present)  # told of by this process, then not: cleared, not "not run yet"
+        seen = {k: t for k, t in old.items() if keep and k not in self.present and k not in self._reported and t <= self.now}
         seen.update({k: old[k] if old.get(k, self.now + 1) <= self.now else self.now for k in self.present})
         if seen != self.rec.seen or self.rec.seen_boot != self.boot:
             self.rec.seen, self.rec.seen_boot = seen, self.boot

@@ -418,3 +418,27 @@ def test_a_stronger_fault_takes_an_episode_over_only_once_it_has_stood_its_own_t
     ladder.tick(fault_list(RESET, REBOOT))  # 600 s: now it takes over
     assert ladder.rec.episode is None or ladder.rec.episode.action == "reboot"
     assert ("drain", None) in cluster.calls
+
+
+def test_a_fault_that_cleared_after_a_start_waits_anew_even_within_the_startup_grace(tmp_path):
+    """The startup grace keeps a recorded fault's time while the checks have not reported it yet; a fault this
+    process was told of and then not has cleared: back, it waits its whole time again (found by the stateful
+    test at 1,000 examples: cleared 10 s after a restart, back after another, and drained at once)."""
+    cfg, clock = enforce(reboot_after="10m"), Clock()
+    host, cluster = FakeHost(cfg), FakeCluster(slots=0)  # no slot: nothing goes past the claim
+    ladder = make(tmp_path, cfg, host=host, cluster=cluster, clock=clock)
+    ladder.tick(fault_list(REBOOT))
+    clock.t += 3600
+    ladder = make(tmp_path, cfg, host=host, cluster=cluster, clock=clock)  # restarted: within the grace
+    ladder.tick(fault_list(REBOOT))
+    clock.t += 10
+    ladder.tick([])  # a check says it is gone
+    assert ladder.rec.episode is None or ladder.rec.episode.step == "release"
+    clock.t += 10
+    ladder = make(tmp_path, cfg, host=host, cluster=cluster, clock=clock)  # restarted again
+    cluster.slots = 1
+    ladder.tick(fault_list(REBOOT))  # back
+    assert cluster.count("drain") == 0 and host.count("reboot") == 0, "it waits its 10 minutes again"
+    clock.t += 600
+    ladder.tick(fault_list(REBOOT))
+    assert host.count("reboot") == 1
