@@ -125,7 +125,7 @@ def test_without_net_admin_the_agent_runs_on(tmp_path) -> None:
                 agent, "two traffic runs and one of another check",
                 lambda s: runs(s) >= 2 and metric(s, "node_health_check_runs_total", check="disk") and s,
             )
-            assert metric(samples, "node_health_finding", check="traffic", subject="iptables",
+            assert metric(samples, "node_health_finding", check="traffic", subject="iptables", gpu="",
                           reason="InsufficientPrivilege", severity="info") == 1
             assert metric(samples, "node_health_check_success", check="traffic") == 1
             assert metric(samples, "node_health_check_success", check="disk") == 1

@@ -81,7 +81,7 @@ def runs(samples: dict) -> float:  # type: ignore[type-arg]
 def bypass_finding(samples: dict) -> float:  # type: ignore[type-arg]
     """1 while the warning stands; a cleared warning is absent, not 0 (metrics.findings_at_zero = "critical")."""
     value = metric(samples, "node_health_finding", check="traffic", reason="TrafficDatapathBypass",
-                   severity="warning", subject="datapath")
+                   severity="warning", subject="datapath", gpu="")
     return 0.0 if value is None else value
 
 
