@@ -194,8 +194,9 @@ class Daemon:
         self.notifier.watchdog()
         if self._trim_pending and self.scheduler.first_pass_done():
             self._trim_pending = False
-            before = vm_rss_kb()
-            if release_free_memory():
+            said = log.isEnabledFor(logging.DEBUG)  # /proc/self/status read only for the debug line
+            before = vm_rss_kb() if said else 0
+            if release_free_memory() and said:
                 log.debug("gave the allocator's free memory back after the first pass: VmRSS %d -> %d kB",
                           before, vm_rss_kb())
 

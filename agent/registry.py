@@ -42,7 +42,6 @@ FINDING_SOURCES: Mapping[str, str] = MappingProxyType(
 CATALOG: Catalog = Catalog.merge(*(spec.catalog for spec in CHECKS.values()), kube.CATALOG, remediation.CATALOG, WEB_CATALOG)
 
 
-
 def configured_reasons(checks: Mapping[str, object]) -> list[tuple[str, str, Reason]]:
     """The reasons the checks' configurations name beyond the catalog (`CheckSpec.reasons`): (check,
     key under [checks.<check>], the reason's entry), in check order."""

@@ -31,12 +31,10 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))  # co
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "support"))
 
 from agent import config  # noqa: E402
-from agent.kube.api import KubeApi, Stats  # noqa: E402
-from agent.kube.ratelimit import Gate  # noqa: E402
 from agent.kube.reconciler import Reconciler  # noqa: E402
 from agent.statedir import StateDir  # noqa: E402
 from fakeapi import Apf, FakeApiServer  # noqa: E402
-from kube_support import BUDGET_NS, CATALOG, QUOTA, finding, snapshot  # noqa: E402
+from kube_support import BUDGET_NS, CATALOG, QUOTA, finding, in_process_api, snapshot  # noqa: E402
 
 
 
@@ -46,21 +44,6 @@ class VirtualClock:
 
     def __call__(self) -> float:
         return self.t
-
-
-def in_process_api(fake: FakeApiServer, clock: Any, cfg: Any, rng: random.Random) -> KubeApi:
-    """An agent's KubeApi whose client talks to the fake server in-process (no sockets)."""
-    from kubernetes import client
-
-    conf = client.Configuration()
-    conf.host = "http://fake-apiserver"
-    conf.api_key = {"BearerToken": fake.token}
-    conf.api_key_prefix = {"BearerToken": "Bearer"}
-    conf.retries = False
-    api_client = client.ApiClient(conf)
-    api_client.rest_client.pool_manager = fake.pool()
-    gate = Gate(qps=cfg.qps, burst=cfg.burst, backoff_max=cfg.backoff_max, now=clock(), rng=rng)
-    return KubeApi(api_client, gate=gate, clock=clock, stats=Stats(), timeout=cfg.request_timeout)
 
 
 def make_agent(i: int, fake: FakeApiServer, clock: VirtualClock, cfg: Any, root: str) -> Reconciler:

@@ -13,7 +13,7 @@ from typing import Any
 
 from ..check import CheckContext, CheckSpec
 from ..findings import Observation, ObservationBuilder
-from ..kernel.catalog import CATALOG
+from ..kernel.catalog import CATALOG, with_reasons
 from ..kernel.catalog import METRICS as METRICS
 from ..kernel.catalog import REASONS as REASONS
 from ..kernel.settings import KernelConfig
@@ -30,7 +30,7 @@ class KernelCheck:
         self.edac = EdacMonitor(ctx.paths, StateDir(ctx.state_dir), cfg.edac_ce_per_day)
         self._scanned = False
         # the kernel catalog with the reasons the operator's patterns name (a selftest's scan finds them)
-        self.catalog = cfg.table().catalog if any(p.reason for p in cfg.patterns.values()) else CATALOG
+        self.catalog = with_reasons(r for _, r in cfg.reasons())
 
     def known_findings(self) -> Iterable[tuple[str, str]]:
         from ..kernel.edac import read_controllers

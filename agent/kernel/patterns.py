@@ -172,7 +172,14 @@ class Table:
 def build(
     overrides: Iterable[tuple[str, dict[str, object]]] = (), disabled: Iterable[str] = ()
 ) -> Table:
-    """The built-in table with `disabled` names dropped and `overrides` (name,
+    """The table of `merged` patterns. Raises PatternError."""
+    return Table(merged(overrides, disabled))
+
+
+def merged(
+    overrides: Iterable[tuple[str, dict[str, object]]] = (), disabled: Iterable[str] = ()
+) -> list[FaultPattern]:
+    """The built-in patterns with `disabled` names dropped and `overrides` (name,
     fields) applied: a built-in's name changes its fields, a new name adds a
     pattern (reason `KernelLogPattern` unless it names one) after the built-in ones. Raises
     PatternError for a bad regex or a new pattern without one."""
@@ -196,7 +203,7 @@ def build(
         kw.setdefault("severity", Severity.WARNING)
         kw.setdefault("action", "none")
         table.append(FaultPattern(name, pattern=str(fields["pattern"]), summary="", **kw))  # type: ignore[arg-type]
-    return Table(table)
+    return table
 
 
 DEFAULT = Table(PATTERNS)

@@ -10,8 +10,8 @@ from types import MappingProxyType
 from ..catalog import Reason
 from ..findings import ACTIONS, Severity
 from ..schema import CheckConfig, opt, parse_duration
-from .catalog import PATTERNS, operator_reasons, reason_problem
-from .patterns import NAME, PatternError, Table, build, check_regex
+from .catalog import PATTERNS, FaultPattern, operator_reasons, reason_problem
+from .patterns import NAME, PatternError, Table, check_regex, merged
 
 SEVERITIES = ("info", "warning", "critical")
 BUILTIN = frozenset(p.name for p in PATTERNS)
@@ -93,7 +93,11 @@ class KernelConfig(CheckConfig):
         return None
 
     def table(self) -> Table:
-        return build(((name, p.fields()) for name, p in self.patterns.items()), self.disable)
+        return Table(self.merged())
+
+    def merged(self) -> list[FaultPattern]:
+        """The patterns the table is made of (no regex compiled for matching, no screen built)."""
+        return merged(((name, p.fields()) for name, p in self.patterns.items()), self.disable)
 
     def reasons(self) -> list[tuple[str, Reason]]:
         """The reasons the operator's patterns name that the kernel catalog lacks, each with the key of
@@ -104,7 +108,7 @@ class KernelConfig(CheckConfig):
         for name, p in self.patterns.items():
             if p.reason:
                 first.setdefault(p.reason, f"patterns.{name}.reason")
-        return [(first[r.name], r) for r in operator_reasons(self.table().patterns)]
+        return [(first[r.name], r) for r in operator_reasons(self.merged())]
 
 
 def _entry(name: str, p: PatternConfig) -> tuple[str, str] | None:
@@ -125,7 +129,7 @@ def _entry(name: str, p: PatternConfig) -> tuple[str, str] | None:
     if p.action and p.action not in ACTIONS:
         return "action", "expected one of " + ", ".join(f'"{a}"' for a in ACTIONS) + f', got "{p.action}"'
     try:
-        build([(name, p.fields())])
+        merged([(name, p.fields())])
     except PatternError as exc:  # pragma: no cover - the checks above say it first
         return "pattern", str(exc)
     return None

@@ -205,17 +205,23 @@ class Budget:
         mono = self.mono()
         if mono - self._renewed < self.expiry / 6:
             return True
+        if not self._touch():
+            log.error("the %s budget slot of %s was taken away (its Lease is gone): claiming one again before "
+                      "the next step", self.what, self.node)
+            self.held, self.state, self._absent = False, "idle", True
+            return False
+        self._renewed = mono
+        return True
+
+    def _touch(self) -> bool:
+        """Writes our Lease's renewTime (a new resourceVersion); False when the Lease is gone (404)."""
         assert self.api is not None
         try:
             self.api.patch_lease(self.cfg.namespace, self.node, {"spec": {"renewTime": micro_time_str(self.wall())}})
         except ApiError as exc:
             if exc.status != 404:
                 raise
-            log.error("the %s budget slot of %s was taken away (its Lease is gone): claiming one again before "
-                      "the next step", self.what, self.node)
-            self.held, self.state, self._absent = False, "idle", True
             return False
-        self._renewed = mono
         return True
 
     def _found(self) -> bool:
@@ -224,12 +230,7 @@ class Budget:
         (preconditioned on what the waiter saw) fails. Gone meanwhile (404): no slot, the next try creates one."""
         if not self.expiry or not self.cfg.enabled:
             return self._claimed()
-        assert self.api is not None
-        try:
-            self.api.patch_lease(self.cfg.namespace, self.node, {"spec": {"renewTime": micro_time_str(self.wall())}})
-        except ApiError as exc:
-            if exc.status != 404:
-                raise
+        if not self._touch():
             log.warning("the %s budget Lease of %s was deleted as it was found (expired): claiming again", self.what, self.node)
             self._absent = True
             return False

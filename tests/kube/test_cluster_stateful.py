@@ -69,13 +69,13 @@ from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from agent.kube.api import ApiError, KubeApi, Stats, Wait
-from agent.kube.ratelimit import Gate
+from agent.kube.api import ApiError, Wait
 from agent.kube.remediate import KubeRemediation
 from agent.kube.settings import KubernetesSection
 from fakeapi import FakeApiServer
 from fakeapi import status as api_status
 from fakeapi.workloads import ready
+from kube_support import in_process_api
 from kube_support import settings as kube_settings
 
 WALL0 = 1_800_000_000.0
@@ -106,21 +106,6 @@ SETTINGS = settings(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
     phases=[Phase.explicit, Phase.generate] if os.environ.get("NHA_CLUSTER_NO_SHRINK") else list(Phase),
 )
-
-
-def in_process_api(fake: FakeApiServer, clock: Any, cfg: KubernetesSection, seed: str) -> KubeApi:
-    """A node's KubeApi: the real kubernetes client, its urllib3 pool replaced by the fake's in-process one."""
-    from kubernetes import client
-
-    conf = client.Configuration()
-    conf.host = "http://fake-apiserver"
-    conf.api_key = {"BearerToken": fake.token}
-    conf.api_key_prefix = {"BearerToken": "Bearer"}
-    conf.retries = False
-    api_client = client.ApiClient(conf)
-    api_client.rest_client.pool_manager = fake.pool()
-    gate = Gate(qps=cfg.qps, burst=cfg.burst, backoff_max=cfg.backoff_max, now=clock(), rng=random.Random(seed))
-    return KubeApi(api_client, gate=gate, clock=clock, stats=Stats(), timeout=cfg.request_timeout)
 
 
 def agent_settings() -> KubernetesSection:
@@ -199,7 +184,7 @@ class ClusterMachine(RuleBasedStateMachine):
         seed = f"{node.name}-{node.runs}"
         mono = lambda n=node: self.real - n.boot  # noqa: E731 - its own origin: the boot
         wall = lambda n=node: WALL0 + self.real + n.skew  # noqa: E731
-        api = in_process_api(self.fake, mono, self.cfg, seed)
+        api = in_process_api(self.fake, mono, self.cfg, random.Random(seed))
         node.rem = KubeRemediation(api, node.name, node.uid, self.cfg, namespace="node-health", wall=wall,
                                    rng=random.Random(seed), mono=mono)
         node.adopted, node.down = False, False

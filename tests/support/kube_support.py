@@ -76,6 +76,22 @@ class Clock:
         return self.t
 
 
+def in_process_api(fake: FakeApiServer, clock: Any, cfg: KubernetesSection, rng: random.Random) -> KubeApi:
+    """A node's KubeApi: the real kubernetes client, its urllib3 pool replaced by the fake's in-process one
+    (no sockets: fleet benches and state machines run many of them)."""
+    from kubernetes import client
+
+    conf = client.Configuration()
+    conf.host = "http://fake-apiserver"
+    conf.api_key = {"BearerToken": fake.token}
+    conf.api_key_prefix = {"BearerToken": "Bearer"}
+    conf.retries = False
+    api_client = client.ApiClient(conf)
+    api_client.rest_client.pool_manager = fake.pool()
+    gate = Gate(qps=cfg.qps, burst=cfg.burst, backoff_max=cfg.backoff_max, now=clock(), rng=rng)
+    return KubeApi(api_client, gate=gate, clock=clock, stats=Stats(), timeout=cfg.request_timeout)
+
+
 def make_api(fake: FakeApiServer, tmp: str, cfg: KubernetesSection, clock: Any = time.monotonic,
              stats: Stats | None = None, token: str | None = None) -> KubeApi:
     path = fake.kubeconfig(os.path.join(tmp, f"kubeconfig-{random.randrange(1 << 30)}"), token=token)
