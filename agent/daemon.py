@@ -182,6 +182,7 @@ class Daemon:
         finally:
             self.watcher.stop()
             self.notifier.stopping()
+            self.scheduler.close()
             self._stop_sources()
             self._stop_remediation()
             self._stop_kube()
@@ -202,6 +203,7 @@ class Daemon:
 
     def _once(self) -> int:
         self.scheduler.run_once()
+        self.scheduler.close()
         snap = self.store.snapshot()
         for f in snap.findings():
             log.warning("%s %s %s: %s", f.check, f.subject, f.reason, f.message)

@@ -126,6 +126,7 @@ def cmd_selftest(args: argparse.Namespace) -> int:
     state = state_dir(cfg, explicit=bool(args.state_dir))
     sched.configure(build_checks(cfg, state, only, dry_run=True, pods=pods, single_pass=True), immediate=True)
     sched.run_once()
+    sched.close()
     if args.burn is not None:
         from .burn import selftest_burn
 

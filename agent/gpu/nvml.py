@@ -18,6 +18,7 @@ import logging
 import os
 import struct
 import threading
+import time
 from types import ModuleType
 from typing import Any
 
@@ -73,11 +74,18 @@ def find_library(*driver_roots: str) -> str:
     )
 
 
+# A failed nvmlInit is not tried again, by any caller, for this long: every check that reads NVML (gpu,
+# gpu_telemetry, gpu_pods, the Xid event thread) on a node without a driver would otherwise load and fail
+# it several times a minute. A driver loaded later is found within this time.
+RETRY_AFTER = 30.0
+
+
 class _Session:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.library: str | None = None  # "" for the normal lookup
         self.ready = False
+        self.failed: tuple[str, float, str] | None = None  # (library, monotonic time, why) of the last failed init
 
 
 _session = _Session()
@@ -85,21 +93,42 @@ _session = _Session()
 
 def init(library: str = "") -> ModuleType:
     """pynvml, initialised with `library` ("" for the normal lookup). Raises
-    NvmlUnavailable; a failed init is tried again on the next call (the driver
-    may be loaded later)."""
+    NvmlUnavailable; a failed init is tried again by the first call `RETRY_AFTER`
+    after it (the driver may be loaded later); until then each call raises its error."""
     with _session.lock:
         if _session.ready and _session.library == library:
             return _pynvml()
+        why = _recent(library)
+        if why is not None:
+            raise NvmlUnavailable(why)
         pynvml = _pynvml()
-        if library:
-            _use_library(pynvml, library)
         try:
-            pynvml.nvmlInit()
-        except Exception as exc:
-            raise NvmlUnavailable(_describe_init_error(exc)) from None
-        _session.library, _session.ready = library, True
+            if library:
+                _use_library(pynvml, library)
+            try:
+                pynvml.nvmlInit()
+            except Exception as exc:
+                raise NvmlUnavailable(_describe_init_error(exc)) from None
+        except NvmlUnavailable as exc:
+            _session.failed = (library, time.monotonic(), str(exc))
+            raise
+        _session.library, _session.ready, _session.failed = library, True, None
         log.info("NVML initialised (%s), driver %s", library or LIBRARY_NAME, driver_version(pynvml))
         return pynvml
+
+
+def recent_failure(library: str = "") -> str | None:
+    """Why `init(library)` failed less than `RETRY_AFTER` ago (None: it would be tried): a caller that
+    runs `init` in a probe thread can say so without starting one."""
+    # Not under the session's lock: an nvmlInit that hangs holds it, and this must not wait on it.
+    return None if _session.ready and _session.library == library else _recent(library)
+
+
+def _recent(library: str) -> str | None:
+    failed = _session.failed
+    if failed is None or failed[0] != library or time.monotonic() - failed[1] >= RETRY_AFTER:
+        return None
+    return failed[2]
 
 
 def invalidate() -> None:
@@ -107,6 +136,7 @@ def invalidate() -> None:
     driver was unloaded or reloaded, old handles are no longer valid)."""
     with _session.lock:
         _session.ready = False
+        _session.failed = None
 
 
 def _pynvml() -> ModuleType:

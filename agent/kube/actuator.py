@@ -4,7 +4,11 @@ The store listener runs on the scheduler's loop thread and only hands the
 snapshot over (latest wins) and wakes the actuator thread: the loop never
 waits on the API server. The actuator thread runs `Reconciler.step` whenever
 it is woken or a timer it asked for is due, so a critical finding goes to
-the API server at once, without waiting for a tick.
+the API server at once, without waiting for a tick. It is woken only by a
+snapshot that differs from the last step's in what the step reads
+(`hysteresis.wake_key`: the findings, and a check's run count only while a
+count of it is pending); a check result that changes none of that (nearly all
+of them on a healthy node) wakes nothing.
 
 The kill switch is one ConfigMap, read with a list and then a watch
 (field selector on its name, bookmarks, resumed from the last
@@ -30,6 +34,7 @@ from ..store import Snapshot
 from . import SOURCE
 from .api import ApiError, KubeApi, Stats, Wait, interrupt_stream
 from .catalog import CATALOG
+from .hysteresis import wake_key
 from .podwatch import PodWatch, list_once
 from .reconciler import Reconciler
 from .settings import KillSwitchSection, KubernetesSection
@@ -240,9 +245,12 @@ class Actuator:
         self._samples: list[Sample] | None = None
         self._lock = threading.Lock()
         self._snap: Snapshot | None = None
+        self._key: tuple[object, ...] | None = None  # wake_key of the snapshot the thread steps on next or last
+        self._counted: frozenset[str] | None = None  # the reconciler's counted(), as of its last step
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
+        self.on_paused: Callable[[], None] | None = None  # told when the kill switch's state changes (the ladder)
         self.kill_switch: KillSwitch | None = None
         self.pod_watch: PodWatch | None = None
         api = reconciler.api
@@ -250,9 +258,14 @@ class Actuator:
             self.kill_switch = KillSwitch(api, kill_switch, self._paused, self._stop, reconciler.statedir)
 
     def offer(self, snap: Snapshot) -> None:
-        """Store listener (scheduler loop thread): hand over, never block."""
+        """Store listener (scheduler loop thread): hand over, never block; wake the thread only
+        when `snap` differs from what it last stepped on in what a step reads."""
         with self._lock:
             self._snap = snap
+            key = wake_key(snap, (SOURCE,), self._counted)
+            if key == self._key:
+                return
+            self._key = key
         self._wake.set()
 
     def start(self) -> None:
@@ -304,20 +317,39 @@ class Actuator:
     def _paused(self, state: bool | None) -> None:
         self.reconciler.paused = state
         self._wake.set()
+        if self.on_paused is not None:
+            self.on_paused()
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            self._wake.clear()
-            with self._lock:
-                snap, self._snap = self._snap, None
-            now = time.monotonic()
-            try:
-                wake = self.reconciler.step(now, snap)
-            except Exception:  # the agent cannot crash; try again later
-                log.exception("kubernetes actuator step failed")
-                wake = now + 30
-            self._publish()
+            wake = self._once(time.monotonic())
             self._wake.wait(timeout=min(IDLE_WAKE, max(0.0, wake - time.monotonic())))
+
+    def _once(self, now: float) -> float:
+        """One step of the thread on the latest snapshot; the monotonic time of the next one at the latest."""
+        self._wake.clear()
+        with self._lock:
+            snap = self._snap
+        try:
+            wake = self.reconciler.step(now, snap)
+        except Exception:  # the agent cannot crash; try again later
+            log.exception("kubernetes actuator step failed")
+            wake = now + 30
+        self._publish()
+        self._stepped(snap)
+        return wake
+
+    def _stepped(self, snap: Snapshot | None) -> None:
+        """After a step: the counts it left pending say whose runs wake the thread now. A snapshot
+        offered during the step was judged by the counts before it: judged again here."""
+        counted = self.reconciler.counted()
+        with self._lock:
+            self._counted = counted
+            if snap is None:
+                return
+            self._key = wake_key(snap, (SOURCE,), counted)
+            if self._snap is not snap and self._snap is not None and wake_key(self._snap, (SOURCE,), counted) != self._key:
+                self._wake.set()
 
     def _publish(self) -> None:
         rec, pw = self.reconciler, self.pod_watch

@@ -42,18 +42,23 @@ class Adoption:
         self._since: float | None = None  # monotonic time every origin first reported definitely
         self._logged: tuple[tuple[str, str, str], ...] = ()
         self._adopted: frozenset[str] | None = None  # keys of ours on the node when first read
+        self._last: dict[str, int | None] = {}  # each origin's run count at the last observe
 
     def observe(self, reps: Mapping[str, Report], now: float) -> bool:
         """Count definite runs; True once, when the checks have settled and adoption ends."""
         if not self.holding:
             return False
+        self._last = {name: r.run for name, r in reps.items()}
         if not reps or any(ALL in r.held for r in reps.values()):
             self._base.clear()  # a check failed or has not run: count again from its next definite run
             self._since = None
             return False
         if self._since is None:
             self._since = now
-        runs = all(r.run is None or r.run - self._base.setdefault(name, r.run) + 1 >= self.cycles for name, r in reps.items())
+        for name, r in reps.items():  # each origin counted from its own first definite run (not all() cut short)
+            if r.run is not None:
+                self._base.setdefault(name, r.run)
+        runs = all(r.run is None or r.run - self._base[name] + 1 >= self.cycles for name, r in reps.items())
         if runs or now - self._since >= self.period:
             self.holding = False
             if self._logged:
@@ -81,6 +86,14 @@ class Adoption:
                         "holding them until the checks have run", [f"{k}={v}:{e}" for k, v, e in adopted])
             self._logged = adopted
         return want + [DesiredTaint(*triple(t), budgeted=writer.budgeted(t)) for t in kept]
+
+    def counting(self) -> frozenset[str]:
+        """The origins whose next run can move adoption on (`hysteresis.wake_key`): while it holds, those
+        not yet seen for `cycles` definite runs since their count began; a check's later runs are no news."""
+        if not self.holding:
+            return frozenset()
+        return frozenset(name for name, run in self._last.items()
+                         if run is not None and (name not in self._base or run - self._base[name] + 1 < self.cycles))
 
     def deadline(self) -> float | None:
         return self._since + self.period if self.holding and self._since is not None else None

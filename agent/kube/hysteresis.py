@@ -108,6 +108,21 @@ def reports(snap: Snapshot, exclude: Iterable[str] = ()) -> dict[str, Report]:
     return out
 
 
+def wake_key(snap: Snapshot, exclude: Iterable[str], counted: frozenset[str] | None) -> tuple[object, ...]:
+    """What of `snap` a reconciler step reads: every origin's report, with its run count only where
+    `counted` (None: everywhere) says runs are being counted, and the findings each check and event
+    source can report (the watched families). Two snapshots with equal keys step alike, so a check
+    result that leaves the key as it was (nearly all of them) need not wake the actuator."""
+    skip = set(exclude)
+    reps = tuple(
+        (name, rep.findings, rep.held, rep.run if counted is None or name in counted else None)
+        for name, rep in reports(snap, skip).items()
+    )
+    known = tuple((name, st.known) for name, st in snap.checks.items() if name not in skip)
+    events = tuple((name, triples) for name, triples in snap.events_known.items() if name not in skip)
+    return reps, known, events
+
+
 def _fill(rep: Report, findings: Iterable[Finding], origin: str) -> None:
     for f in findings:
         if f.unknown:
@@ -198,6 +213,13 @@ class Hysteresis:
             c.cycles += 1
             c.run = run
         return c
+
+    def counting(self) -> frozenset[str]:
+        """The origins whose next run moves a count: a warning on its way to active, an active
+        finding on its way to cleared. Another origin's run that reports the same is no news."""
+        origins = {c.origin for c in self._raising.values()}
+        origins.update(self.active[key].origin for key in self._clearing if key in self.active)
+        return frozenset(origins)
 
     def next_deadline(self) -> float | None:
         """The monotonic time at which a time rule could next fire, if any."""

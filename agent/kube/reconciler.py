@@ -154,6 +154,11 @@ class Reconciler:
         self._recovered()
         return min(wake, self._next_periodic())
 
+    def counted(self) -> frozenset[str]:
+        """Whose run counts the next step reads (`hysteresis.wake_key`): the hysteresis' pending counts'
+        and, while adoption holds, the origins it is still counting."""
+        return self.hyst.counting() | self.adoption.counting()
+
     def _evaluate(self, now: float) -> None:
         assert self.latest is not None
         reps = reports(self.latest, exclude=(SOURCE,))

@@ -60,12 +60,13 @@ def gpu_ids(samples: Iterable[Sample]) -> dict[str, tuple[str, str]]:
 
 
 def faults(findings: Sequence[Finding], samples: Iterable[Sample]) -> list[Fault]:
+    acted = [f for f in findings if not f.unknown and f.action in ACTED and f.check != CHECK]
+    if not acted:
+        return []  # the usual answer, on every check result: the samples are not walked
     ids = gpu_ids(samples)
     out: dict[str, Fault] = {}
-    for f in findings:
+    for f in acted:
         action = f.action
-        if f.unknown or action not in ACTED or f.check == CHECK:
-            continue
         gpu = f.subject[3:] if f.subject.startswith("gpu") and f.subject[3:].isdigit() else ""
         key = f"{f.check}/{f.subject}/{f.reason}"
         uuid, pci = ids.get(gpu, ("", ""))

@@ -2,7 +2,9 @@
 
 The store listener runs on the scheduler's loop thread and only hands the
 snapshot over (latest wins), as the Kubernetes actuator's does; the ladder's
-own thread ticks on every new snapshot and at least every ``interval``. A
+own thread ticks when what it reads changed (the faults, `faults()` of the
+snapshot, or the kill switch's state) and at least every ``interval``: a check
+result that changes no fault (nearly all of them) wakes nothing. A
 cluster call that raises `ApiError` or `Wait` is tried again on a later tick;
 any other exception is logged and the thread goes on: the agent cannot crash
 because a step failed. The ladder's findings (waiting for a slot, held,
@@ -31,7 +33,7 @@ from ..statedir import StateDir
 from ..store import Snapshot
 from .catalog import CHECK
 from .cluster import Cluster, NoCluster
-from .faults import faults
+from .faults import Fault, faults
 from .host import Host, burn_argv
 from .ladder import GpuUsers, Ladder
 from .settings import RemediationSection
@@ -81,11 +83,19 @@ class Runner:
         self._thread: threading.Thread | None = None
         self._samples: list[Sample] | None = None
         self._rate_limited = False
+        self._offered: tuple[bool | None, list[Fault]] | None = None  # what the last wake-up was for
+        self._findings: tuple[Finding, ...] | None = None  # the ladder's, as last published
 
     def offer(self, snap: Snapshot) -> None:
-        """Store listener (scheduler loop thread): hand over, never block."""
+        """Store listener (scheduler loop thread): hand over, never block; wake the thread only when
+        the faults or the kill switch's state differ from the last wake-up's (the next tick, at
+        `interval` at the latest, takes the snapshot either way)."""
+        seen = (self._paused(), faults(snap.findings(), snap.samples()))
         with self._lock:
             self._snap = snap
+            if seen == self._offered:
+                return
+            self._offered = seen
         self._wake.set()
 
     def kick(self) -> None:
@@ -118,10 +128,12 @@ class Runner:
     def step(self, snap: Snapshot) -> float:
         """One tick on `snap`; the seconds until the next one at the latest."""
         wait = self.interval
+        ticked = False
         self.ladder.paused = self._paused()
         try:
             self.ladder.tick(faults(snap.findings(), snap.samples()))
             self._rate_limited = False
+            ticked = True
         except Wait as exc:  # our own client-side rate limit or backoff: the API server said nothing
             left = max(0.0, exc.until - time.monotonic())
             (log.debug if self._rate_limited else log.info)(
@@ -136,12 +148,17 @@ class Runner:
             wait = max(wait, API_RETRY)
         cluster = self.ladder.cluster
         side_findings = cluster.findings() if isinstance(cluster, KubeSide) else ()
-        self.source.publish(self.ladder.findings() + side_findings)
+        findings = self.ladder.findings() + side_findings
         samples = self.ladder.samples() + (cluster.samples() if isinstance(cluster, KubeSide) else [])
+        moved = findings != self._findings or samples != self._samples
+        self.source.publish(findings)
+        self._findings = findings
         if samples != self._samples:
             self._samples = samples
             self._publish_samples(samples)
-        return wait
+        # A tick that moved the ladder (a step taken, a wait begun or ended) is followed by another soon,
+        # as the store's next result used to bring one: an episode's steps follow each other in seconds.
+        return MIN_GAP if moved and ticked else wait
 
 
 class KubeSide:
@@ -248,6 +265,8 @@ def start(
     log.info("remediation: mode %s%s, actions %s (%s)", cfg.mode, " (dry run)" if dry_run else "",
              ", ".join(cfg.actions) or "none", where)
     runner = Runner(ladder, interval=cfg.interval, publish_samples=publish_samples, paused=paused)
+    if kube is not None:
+        kube.on_paused = runner.kick  # the kill switch's change is a tick now, whatever the store says
     runner.start()
     return runner
 

@@ -179,8 +179,13 @@ def ipv6_octets(paths: HostPaths) -> int:
         text = read_bounded(paths.proc("net/snmp6"), 1 << 20).decode("ascii", "replace")
     except (OSError, ValueError):
         return 0
-    values = dict(line.split()[:2] for line in text.splitlines() if len(line.split()) >= 2)
-    return sum(int(values.get(k, "0")) for k in ("Ip6InOctets", "Ip6OutOctets") if values.get(k, "").isdigit())
+    total = 0
+    for line in text.splitlines():
+        if line.startswith(("Ip6InOctets", "Ip6OutOctets")):  # of ~90 lines, split only these two
+            f = line.split()
+            if len(f) >= 2 and f[0] in ("Ip6InOctets", "Ip6OutOctets") and f[1].isdigit():
+                total += int(f[1])
+    return total
 
 
 def jump_bytes(family: str, rules: Iterable[IptRecord]) -> dict[Hashable, int]:

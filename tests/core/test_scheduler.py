@@ -220,3 +220,58 @@ def test_first_pass_is_done_when_every_check_finished_or_timed_out_once() -> Non
     release.set()
     sched.configure([(fine, cfg(interval=60))])  # a reload: a new first pass
     assert not sched.first_pass_done()
+
+
+def check_threads(name: str) -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == f"check-{name}" and t.is_alive()]
+
+
+def test_a_check_runs_in_one_thread_kept_between_its_runs_and_ended_by_close() -> None:
+    """Issue 29: a thread per run cost ~0.16 ms CPU each; the check's thread now waits for its next run."""
+    store = Store()
+    sched = Scheduler(store, CATALOG, jitter=0)
+    seen: list[int] = []
+
+    class Where(FakeCheck):
+        def run(self) -> Observation:
+            seen.append(threading.get_ident())
+            return super().run()
+
+    sched.configure([(Where("where"), cfg(interval=0.05))], immediate=True)
+    with running(sched):
+        wait_for(lambda: store.snapshot().checks["where"].runs >= 4, what="four runs")
+    assert len(set(seen)) == 1 and len(check_threads("where")) == 1
+    sched.close()
+    wait_for(lambda: not check_threads("where"), what="the check's thread ended")
+
+
+def test_a_reload_ends_the_old_checks_thread_after_its_stuck_run_and_the_new_check_gets_its_own() -> None:
+    store = Store()
+    sched = Scheduler(store, CATALOG, jitter=0)
+    release = threading.Event()
+    hung = FakeCheck("reloaded", "hang", release=release)
+    sched.configure([(hung, cfg(interval=0.1, timeout=0.1))], immediate=True)
+    with running(sched):
+        wait_for(lambda: store.snapshot().checks["reloaded"].timeouts >= 1, what="the run stuck")
+    (old,) = check_threads("reloaded")
+    fresh = FakeCheck("reloaded")
+    sched.configure([(fresh, cfg(interval=0.05))])
+    release.set()  # the stuck run returns: its result is the old run's, then the new check runs in a new thread
+    with running(sched):
+        wait_for(lambda: fresh.runs >= 2, what="the new check's runs")
+    wait_for(lambda: not old.is_alive(), what="the old check's thread ended")
+    assert len(check_threads("reloaded")) == 1 and hung.runs == 1
+    sched.close()
+
+
+def test_a_thread_idle_past_its_time_ends_and_the_next_run_starts_another(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("agent.scheduler.WORKER_IDLE", 0.05)
+    store = Store()
+    sched = Scheduler(store, CATALOG, jitter=0)
+    check = FakeCheck("idle")
+    sched.configure([(check, cfg(interval=0.01))], immediate=True)
+    sched.run_once()
+    wait_for(lambda: not check_threads("idle"), what="the idle thread ended")
+    sched.run_once()  # its ended thread refuses the run: another is started, and the run is not lost
+    assert check.runs == 2 and store.snapshot().checks["idle"].runs == 2
+    sched.close()

@@ -184,3 +184,28 @@ def test_gpu_seen_earlier_this_boot_stays_expected(gpu_context, scenario, host, 
     assert obs.findings == ()  # a new boot: the node has one GPU now
     # the earlier boot's gpu-poll.json is dropped in one line, never silently (issue 25 item 6)
     assert [r.getMessage() for r in caplog.records if "gpu-poll.json is ignored (kept in boot" in r.getMessage()]
+
+
+def test_a_failed_nvml_init_is_tried_again_only_after_retry_after(gpu_context, scenario, monkeypatch) -> None:
+    """Issue 29: on a node without a driver each NVML reader (gpu, gpu_telemetry, gpu_pods, the Xid thread)
+    used to load and fail nvmlInit on every run, each in a probe thread; now the failure is remembered for
+    nvml.RETRY_AFTER and said again without a thread, and a driver loaded later is found after it."""
+    from agent.checks.gpu_telemetry import GpuTelemetryCheck
+    from agent.gpu import nvml
+
+    scenario.set([h100(0)], init=9)
+    check, obs = run(gpu_context)
+    assert "not loaded" in obs.findings[0].message
+    scenario.unset("init")  # the driver is loaded now
+    probes = []
+    real = check.prober.call
+    monkeypatch.setattr(check.prober, "call", lambda key, *a: (probes.append(key), real(key, *a))[1])
+    obs = check.run()
+    assert [f.reason for f in obs.findings] == ["NvmlUnavailable"] and "not loaded" in obs.findings[0].message
+    assert "init" not in probes  # no probe thread for an init that failed a moment ago
+    ctx, _ = gpu_context("xid_events = false\n")
+    telemetry = GpuTelemetryCheck(ctx, ctx.config.checks["gpu_telemetry"])
+    assert "not loaded" in telemetry.run().subjects["nvml"]  # one memory for every reader
+    monkeypatch.setattr(nvml, "RETRY_AFTER", 0.0)
+    assert check.run().findings == () and "init" in probes
+    assert telemetry.run().samples

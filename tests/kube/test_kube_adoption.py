@@ -127,3 +127,23 @@ def test_an_adopted_preflight_gate_follows_the_burn_once_every_check_reported(fa
     assert our_taints(fake) == [(PREFIX + "preflight", "", "NoSchedule")], "held until the burn has reported"
     rec.step(clock(), snapshot([], runs=1, check="burn", known=("PreflightPending", "PreflightFailed")))
     assert our_taints(fake) == []
+
+
+def test_each_check_is_counted_from_its_own_first_definite_run() -> None:
+    """Adoption ends once every check has reported definitely for `cycles` runs, each counted from its
+    own first definite run: the slowest check decides, not the sum of them all (the count of a later
+    check used to begin only once every check before it had passed). While it holds, only the checks
+    still short of their count are news to the actuator (`counting`)."""
+    from agent.kube.adoption import Adoption
+    from agent.kube.hysteresis import Report
+
+    a = Adoption(HysteresisSection(raise_cycles=3, raise_after=3600, clear_cycles=2, clear_after=3600), fresh=True)
+
+    def seen(disk: int, kernel: int, now: float) -> bool:
+        return a.observe({"disk": Report(run=disk), "kernel": Report(run=kernel), "xid": Report()}, now)
+
+    assert not seen(1, 1, 0.0) and a.counting() == {"disk", "kernel"}
+    assert not seen(2, 2, 30.0) and a.counting() == {"disk", "kernel"}
+    assert not seen(3, 2, 60.0) and a.counting() == {"kernel"}  # disk has its 3 runs: its next ones are no news
+    assert seen(4, 3, 90.0) and not a.holding  # kernel's third run: both have theirs
+    assert a.counting() == frozenset()

@@ -311,3 +311,23 @@ def test_verdict_stands_through_a_quiet_window(tmp_path: Path) -> None:
         v = w.observe(paths, {jump: nf}, v6_unruled=False, now=t)
     assert v is not None and v.bypass, "10 bytes in the last window: the bypass found before still stands"
     assert os.path.exists(tmp_path / "net/dev")
+
+
+def test_ipv6_octets_is_in_plus_out_of_snmp6(tmp_path) -> None:
+    """The kernel's /proc/net/snmp6 layout (name, spaces, value); the host's own file read the same way
+    as a reference parse of every line would."""
+    from agent.traffic.datapath import ipv6_octets
+
+    (tmp_path / "net").mkdir(exist_ok=True)
+    (tmp_path / "net/snmp6").write_text(
+        "Ip6InReceives                   \t1234\nIp6InOctets                     \t1000\n"
+        "Ip6OutOctets                    \t234\nIp6InOctetsX 7\nIp6OutNoRoutes 3\nIcmp6InMsgs 9\n")
+    assert ipv6_octets(HostPaths(procfs=str(tmp_path))) == 1234
+    (tmp_path / "net/snmp6").write_text("Ip6InOctets garbage\nIp6OutOctets\n")
+    assert ipv6_octets(HostPaths(procfs=str(tmp_path))) == 0
+    host = open("/proc/net/snmp6").read() if os.path.exists("/proc/net/snmp6") else ""
+    values = dict(line.split()[:2] for line in host.splitlines() if len(line.split()) >= 2)
+    want = sum(int(values.get(k, "0")) for k in ("Ip6InOctets", "Ip6OutOctets"))
+    got = ipv6_octets(HostPaths())
+    assert got >= want  # read a moment after the reference: it can only have grown
+

@@ -33,13 +33,18 @@ def fake_nvml_lib(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 @pytest.fixture
-def scenario(tmp_path, monkeypatch: pytest.MonkeyPatch, fake_nvml_lib: str) -> Scenario:
+def scenario(tmp_path, monkeypatch: pytest.MonkeyPatch, fake_nvml_lib: str) -> Iterator[Scenario]:
     from agent.gpu import nvml
 
     path = str(tmp_path / "nvml-scenario.txt")
     monkeypatch.setenv("FAKE_NVML_SCENARIO", path)
     nvml.invalidate()  # each test starts NVML afresh, as a new agent process would
-    return Scenario(path).write()
+    yield Scenario(path).write()
+    # ...and leaves none behind: a later test without the fake (`agent burn` on the fake CUDA driver) must
+    # not find this one's session (or its failed init) ready. Not while an init this test left hung holds it.
+    if nvml._session.lock.acquire(timeout=1):
+        nvml._session.lock.release()
+        nvml.invalidate()
 
 
 class HostTree:
