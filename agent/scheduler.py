@@ -4,10 +4,9 @@ Every check runs in a daemon thread of its own (one per check, kept between its
 runs: a thread started per run cost ~0.16 ms of CPU each time), so a check that
 hangs cannot stop the others: when it passes its timeout it is reported
 (CheckTimeout, held until it returns), and it is not started again while it is
-stuck. All results
-come back to one loop thread, which alone writes the `Store`; event sources
-hand their updates to the same loop with `call_soon`, so whatever listens to
-the store sees one ordered stream.
+stuck. All results come back to one loop thread, which alone writes the
+`Store`; event sources hand their updates to the same loop with `call_soon`,
+so whatever listens to the store sees one ordered stream.
 """
 
 from __future__ import annotations
