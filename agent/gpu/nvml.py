@@ -22,6 +22,8 @@ import time
 from types import ModuleType
 from typing import Any
 
+from ..probe import Prober, ProbeResult
+
 log = logging.getLogger(__name__)
 
 # NVML return codes (nvml.h).
@@ -117,11 +119,14 @@ def init(library: str = "") -> ModuleType:
         return pynvml
 
 
-def recent_failure(library: str = "") -> str | None:
-    """Why `init(library)` failed less than `RETRY_AFTER` ago (None: it would be tried): a caller that
-    runs `init` in a probe thread can say so without starting one."""
+def init_probed(prober: Prober, library: str, timeout: float) -> ProbeResult[ModuleType]:
+    """`init(library)` in a probe thread of `prober` (key "init": nvmlInit can hang); an init that failed
+    less than `RETRY_AFTER` ago is answered with its error at once, without a thread."""
     # Not under the session's lock: an nvmlInit that hangs holds it, and this must not wait on it.
-    return None if _session.ready and _session.library == library else _recent(library)
+    why = None if _session.ready and _session.library == library else _recent(library)
+    if why is not None:
+        return ProbeResult(error=NvmlUnavailable(why))
+    return prober.call("init", lambda: init(library), timeout)
 
 
 def _recent(library: str) -> str | None:

@@ -139,11 +139,7 @@ class GpuPoller:
             library = nvml_library(self.paths, self.cfg)
         except nvml.NvmlUnavailable as exc:
             return None, str(exc)
-        why = nvml.recent_failure(library)  # said without a probe thread: no driver here, as a moment ago
-        if why is not None:
-            state["hung"].pop("nvml", None)  # an init failed (it returned): none hangs
-            return None, why
-        res = self.prober.call("init", lambda: nvml.init(library), self.cfg.call_timeout)
+        res = nvml.init_probed(self.prober, library, self.cfg.call_timeout)
         if res.hung_for is not None:
             b.sample("node_health_nvml_up", 0)
             self._hung(b, state, "nvml", "nvmlInit", res.hung_for)

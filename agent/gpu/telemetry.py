@@ -65,11 +65,7 @@ class TelemetryPoller:
         except nvml.NvmlUnavailable as exc:
             b.subject("nvml", f"no telemetry: {exc}")
             return None
-        why = nvml.recent_failure(library)  # said without a probe thread: no driver here, as a moment ago
-        if why is not None:
-            b.subject("nvml", f"no telemetry: {why}")
-            return None
-        res = self.prober.call("init", lambda: nvml.init(library), self.cfg.call_timeout)
+        res = nvml.init_probed(self.prober, library, self.cfg.call_timeout)
         if not res.ok:
             b.subject("nvml", f"no telemetry: {res.error or 'nvmlInit hung'}")
             return None

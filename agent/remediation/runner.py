@@ -150,10 +150,11 @@ class Runner:
         side_findings = cluster.findings() if isinstance(cluster, KubeSide) else ()
         findings = self.ladder.findings() + side_findings
         samples = self.ladder.samples() + (cluster.samples() if isinstance(cluster, KubeSide) else [])
-        moved = findings != self._findings or samples != self._samples
+        new_samples = samples != self._samples
+        moved = new_samples or findings != self._findings
         self.source.publish(findings)
         self._findings = findings
-        if samples != self._samples:
+        if new_samples:
             self._samples = samples
             self._publish_samples(samples)
         # A tick that moved the ladder (a step taken, a wait begun or ended) is followed by another soon,

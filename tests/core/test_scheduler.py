@@ -134,12 +134,18 @@ def test_failure_holds_findings_of_last_good_run_but_drops_samples() -> None:
     assert st.samples == ()
 
 
-def test_reload_keeps_a_stuck_run() -> None:
+def hung_check(name: str) -> tuple[Store, Scheduler, FakeCheck, threading.Event]:
+    """A scheduler with one check whose run hangs until the event is set (interval and timeout 0.1 s)."""
     store = Store()
     sched = Scheduler(store, CATALOG, jitter=0)
     release = threading.Event()
-    hung = FakeCheck("hung", "hang", release=release)
+    hung = FakeCheck(name, "hang", release=release)
     sched.configure([(hung, cfg(interval=0.1, timeout=0.1))], immediate=True)
+    return store, sched, hung, release
+
+
+def test_reload_keeps_a_stuck_run() -> None:
+    store, sched, hung, release = hung_check("hung")
     with running(sched):
         wait_for(lambda: store.snapshot().checks["hung"].skipped >= 1, what="the check stuck and due again")
     sched.configure([(hung, cfg(interval=0.1, timeout=0.1))])
@@ -246,11 +252,7 @@ def test_a_check_runs_in_one_thread_kept_between_its_runs_and_ended_by_close() -
 
 
 def test_a_reload_ends_the_old_checks_thread_after_its_stuck_run_and_the_new_check_gets_its_own() -> None:
-    store = Store()
-    sched = Scheduler(store, CATALOG, jitter=0)
-    release = threading.Event()
-    hung = FakeCheck("reloaded", "hang", release=release)
-    sched.configure([(hung, cfg(interval=0.1, timeout=0.1))], immediate=True)
+    store, sched, hung, release = hung_check("reloaded")
     with running(sched):
         wait_for(lambda: store.snapshot().checks["reloaded"].timeouts >= 1, what="the run stuck")
     (old,) = check_threads("reloaded")
